@@ -1,0 +1,1 @@
+"""ESCHER scheduling libraries (ESLs): ready placement policies over ephemeral resources."""
