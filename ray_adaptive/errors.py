@@ -14,7 +14,29 @@ class PolicyError(RayAdaptiveError):
     so editors and CI logs can jump to the spot.
     """
 
-    def __init__(self, message: str, file: str = "<policy>", line: int = 0, col: int = 0):
+    #: The closed set of ``kind`` values, so tests and tools can tell errors apart.
+    KINDS = (
+        "syntax",        # the text does not parse
+        "section",       # unknown, duplicate, misplaced or malformed section header
+        "name",          # unknown variable, field, function; duplicate declaration
+        "type",          # an operation applied to values of the wrong type
+        "readonly",      # assignment to a task/node field or, in Score, to state
+        "no-node",       # a hook without a node parameter uses `node`
+        "unsupported",   # valid Python that is not part of the policy language
+        "structure",     # missing return, empty body, code after return, ...
+    )
+
+    def __init__(
+        self,
+        message: str,
+        file: str = "<policy>",
+        line: int = 0,
+        col: int = 0,
+        kind: str = "syntax",
+    ):
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown PolicyError kind {kind!r}; expected one of {self.KINDS}")
+        self.kind = kind
         self.message = message
         self.file = file
         self.line = line

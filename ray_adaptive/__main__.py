@@ -1,0 +1,3 @@
+from ray_adaptive.cli import main
+
+main(prog_name="ray-adaptive")

@@ -1,0 +1,528 @@
+"""The reference semantics of a policy: its state, Score over pairs, its hooks.
+
+:class:`Interpreter` is the *ideal* scheduler's brain: it scores every
+(pending task, node) pair on exact state and runs the hooks. It compiles the
+checked IR into Python closures (no ``eval``/``exec``; only the operations
+below exist) that compute on numpy arrays laid out as
+
+* a scalar: a Python value or an array broadcastable to ``(T, N)``
+  (axis 0: tasks, axis 1: nodes);
+* a vec: a ``(K,)`` array, or ``(T|1, N|1, K)``;
+* a map: a ``dict``, or an object array of dicts (a map-typed field).
+
+So Score runs once per decision over all T x N pairs rather than T x N times.
+Hooks run on a batch of one task and one node.
+
+Semantics pinned here (and in the README):
+
+* ``/`` is true division; ``x / 0`` is ``inf`` (``-inf``, or ``nan`` for
+  ``0 / 0``); ``%`` follows Python (result has the divisor's sign).
+* A NaN score counts as ``inf``: the pair is infeasible.
+* A missing map key reads as the zero value of the map's value type
+  (``0``, ``0.0``, ``false``, ``""``; for ``vec``: a zero vector that takes
+  the length of whatever it is combined with).
+* Vectors of different lengths in one operation raise PolicyRuntimeError.
+* ``and``/``or`` evaluate both sides (no side effects exist to skip).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import numpy as np
+
+from ray_adaptive.dsl import ir
+from ray_adaptive.errors import PolicyRuntimeError
+
+_ZERO_VEC = np.zeros(1)
+
+
+class TaskView(Protocol):
+    """What the interpreter reads of a task."""
+
+    id: str
+    arrival: float
+    fields: dict
+
+
+class NodeView(Protocol):
+    """What the interpreter reads of a node (``load`` = tasks queued + running)."""
+
+    id: str
+    index: int
+    executors: int
+    queue: int
+    resources: dict
+    available: dict
+    load: int
+    fields: dict
+
+
+def zero_value(t: ir.Type) -> Any:
+    """The value a missing map key reads as, and an uninitialised State variable starts at."""
+    return {"int": 0, "float": 0.0, "bool": False, "string": ""}.get(t.kind) if t.kind not in ("vec", "map") else (
+        _ZERO_VEC if t.kind == "vec" else {}
+    )
+
+
+@dataclass
+class _Env:
+    tasks: Sequence[Any]
+    nodes: Sequence[Any]
+    state: dict
+    now: float
+    num_nodes: int
+    locals: dict = field(default_factory=dict)
+    columns: dict = field(default_factory=dict)
+    ret: Any = None
+    done: Any = False
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray) and x.ndim > 0
+
+
+def _as_vec_operand(x, is_vec: bool):
+    """Give a scalar (T, N) array a trailing axis so it broadcasts against vecs."""
+    if not is_vec and _is_array(x) and x.ndim == 2:
+        return x[..., None]
+    return x
+
+
+def _check_lengths(a, b, loc: ir.Loc) -> None:
+    la, lb = np.shape(a)[-1:], np.shape(b)[-1:]
+    if la and lb and la[0] != lb[0] and 1 not in (la[0], lb[0]):
+        raise PolicyRuntimeError(f"{loc}: vectors of different lengths ({la[0]} and {lb[0]}) in one operation")
+
+
+def _to_state(value, t: ir.Type):
+    """A computed value (possibly a (1, 1) array) as stored in State."""
+    if t.kind == "vec":
+        dtype = float if t.elem.kind == "float" else np.int64
+        return np.array(value, dtype=dtype).reshape(-1)
+    if t.kind in ("map",):
+        return value
+    item = value.item() if isinstance(value, np.ndarray) or isinstance(value, np.generic) else value
+    return {"int": int, "float": float, "bool": bool, "string": str}[t.kind](item)
+
+
+def _scalar_key(key):
+    return key.item() if isinstance(key, (np.ndarray, np.generic)) else key
+
+
+class _Compiler:
+    """IR -> closures ``fn(env) -> value``."""
+
+    def __init__(self, policy: ir.Policy):
+        self.policy = policy
+        task_types = {"id": ir.STRING, "arrival": ir.FLOAT, **{f.name: f.type for f in policy.task_fields}}
+        node_types = {f.name: f.type for f in policy.node_fields}
+        self.field_types = {"task": task_types, "node": node_types}
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, e: ir.Expr) -> Callable[[_Env], Any]:
+        method = getattr(self, "_" + type(e).__name__.lower())
+        return method(e)
+
+    def _const(self, e: ir.Const):
+        v = e.value
+        return lambda env: v
+
+    def _local(self, e: ir.Local):
+        name = e.name
+        return lambda env: env.locals[name]
+
+    def _stateref(self, e: ir.StateRef):
+        name = e.name
+        return lambda env: env.state[name]
+
+    def _fieldref(self, e: ir.FieldRef):
+        key = (e.obj, e.name)
+        build = self._task_column if e.obj == "task" else self._node_column
+        name, t = e.name, e.type
+
+        def get(env: _Env):
+            col = env.columns.get(key)
+            if col is None:
+                col = env.columns[key] = build(env, name, t)
+            return col
+
+        return get
+
+    @staticmethod
+    def _column(values: list, t: ir.Type, shape: tuple, what: str, ids: list) -> np.ndarray:
+        if t.kind == "vec":
+            lengths = {len(v) for v in values}
+            if len(lengths) > 1:
+                raise PolicyRuntimeError(f"{what} has vectors of different lengths {sorted(lengths)} across {', '.join(ids[:5])}")
+            arr = np.asarray(values, dtype=float if t.elem.kind == "float" else np.int64)
+            return arr.reshape(shape + (arr.shape[-1] if arr.ndim == 2 else 0,))
+        if t.kind in ("string", "map"):
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            return arr.reshape(shape)
+        dtype = {"int": np.int64, "float": float, "bool": bool}[t.kind]
+        return np.asarray(values, dtype=dtype).reshape(shape)
+
+    def _task_column(self, env: _Env, name: str, t: ir.Type):
+        tasks = env.tasks
+        if name == "id":
+            values = [x.id for x in tasks]
+        elif name == "arrival":
+            values = [x.arrival for x in tasks]
+        else:
+            values = [x.fields[name] for x in tasks]
+        return self._column(values, t, (len(tasks), 1), f"task field '{name}'", [x.id for x in tasks])
+
+    def _node_column(self, env: _Env, name: str, t: ir.Type):
+        nodes = env.nodes
+        if name in ("id", "index", "executors", "queue", "resources", "available", "load"):
+            values = [getattr(n, name) for n in nodes]
+        else:
+            values = [n.fields[name] for n in nodes]
+        return self._column(values, t, (1, len(nodes)), f"node field '{name}'", [n.id for n in nodes])
+
+    def _index(self, e: ir.Index):
+        base, key = self.expr(e.base), self.expr(e.key)
+        if e.base.type.kind == "vec":
+            loc = e.loc
+
+            def vec_index(env):
+                v, i = base(env), key(env)
+                k = np.shape(v)[-1]
+                if _is_array(i):
+                    if np.any((i < -k) | (i >= k)):
+                        raise PolicyRuntimeError(f"{loc}: vec index out of range (length {k})")
+                    v = np.broadcast_to(v, np.broadcast_shapes(np.shape(i) + (k,), np.shape(v)) if np.ndim(v) == 3 else np.shape(i) + (k,))
+                    return np.take_along_axis(v, np.broadcast_to(i, v.shape[:-1])[..., None], -1)[..., 0]
+                if not -k <= i < k:
+                    raise PolicyRuntimeError(f"{loc}: vec index {i} out of range (length {k})")
+                return v[..., i]
+
+            return vec_index
+        vt = e.type
+        zero = zero_value(vt)
+        is_vec = vt.kind == "vec"
+        loc = e.loc
+
+        def lookup(env):
+            m, k = base(env), key(env)
+            if isinstance(m, dict) and not _is_array(k):
+                return m.get(_scalar_key(k), zero)
+            ms, ks = np.broadcast_arrays(np.asarray(m, dtype=object), np.asarray(k, dtype=object))
+            values = [mm.get(kk, zero) for mm, kk in zip(ms.flat, ks.flat)] if not isinstance(m, dict) else [m.get(kk, zero) for kk in ks.flat]
+            shape = ks.shape
+            if is_vec:
+                lengths = {len(v) for v in values if v is not zero}
+                if len(lengths) > 1:
+                    raise PolicyRuntimeError(f"{loc}: map holds vectors of different lengths {sorted(lengths)}")
+                width = lengths.pop() if lengths else 1
+                filler = np.zeros(width)
+                return np.asarray([filler if v is zero else v for v in values], dtype=float).reshape(shape + (width,))
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            if vt.kind != "string":
+                arr = arr.astype({"int": np.int64, "float": float, "bool": bool}[vt.kind])
+            return arr.reshape(shape)
+
+        return lookup
+
+    def _unary(self, e: ir.Unary):
+        operand = self.expr(e.operand)
+        if e.op == "not":
+            return lambda env: np.logical_not(operand(env))
+        return lambda env: np.negative(operand(env))
+
+    _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": np.true_divide, "%": np.mod}
+    _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+    def _binary(self, e: ir.Binary):
+        left, right = self.expr(e.left), self.expr(e.right)
+        if e.op in ("and", "or"):
+            fn = np.logical_and if e.op == "and" else np.logical_or
+            return lambda env: fn(left(env), right(env))
+        if e.op in self._CMP:
+            fn = self._CMP[e.op]
+            if e.left.type == ir.STRING and e.right.type == ir.STRING:
+                return lambda env: _string_compare(fn, left(env), right(env))
+            return lambda env: fn(left(env), right(env))
+        fn = self._ARITH[e.op]
+        lvec, rvec = e.left.type.kind == "vec", e.right.type.kind == "vec"
+        if e.type == ir.STRING:
+            return lambda env: _string_concat(left(env), right(env))
+        if not (lvec or rvec):
+            if e.type.kind == "int" and e.op == "%":
+                return lambda env: fn(left(env), right(env))
+            return lambda env: fn(left(env), right(env))
+        loc = e.loc
+
+        def vec_op(env):
+            a = _as_vec_operand(left(env), lvec)
+            b = _as_vec_operand(right(env), rvec)
+            if lvec and rvec:
+                _check_lengths(a, b, loc)
+            return fn(a, b)
+
+        return vec_op
+
+    def _call(self, e: ir.Call):
+        fn = e.fn
+        if fn == "now":
+            return lambda env: env.now
+        if fn == "num_nodes":
+            return lambda env: env.num_nodes
+        if fn == "get_load":
+            return self._fieldref(ir.FieldRef("node", "load", ir.INT))
+        args = [self.expr(a) for a in e.args]
+        arg_types = [a.type for a in e.args]
+        loc = e.loc
+        if fn in ("max", "min"):
+            if len(args) == 1:
+                reducer = np.max if fn == "max" else np.min
+                (a,) = args
+
+                def reduce_vec(env):
+                    v = a(env)
+                    if np.shape(v)[-1] == 0:
+                        raise PolicyRuntimeError(f"{loc}: {fn}() of an empty vec")
+                    return reducer(v, axis=-1)
+
+                return reduce_vec
+            pair = np.maximum if fn == "max" else np.minimum
+            return lambda env: reduce(pair, (a(env) for a in args))
+        (a,) = args
+        if fn == "sum":
+            return lambda env: np.sum(a(env), axis=-1)
+        if fn == "len":
+            if arg_types[0].kind == "vec":
+                return lambda env: np.shape(a(env))[-1]
+
+            def map_len(env):
+                m = a(env)
+                return len(m) if isinstance(m, dict) else np.vectorize(len, otypes=[np.int64])(m)
+
+            return map_len
+        ufunc = {"abs": np.abs, "sqrt": np.sqrt, "log": np.log}[fn]
+        return lambda env: ufunc(a(env))
+
+    def _cond(self, e: ir.Cond):
+        test, then, orelse = self.expr(e.test), self.expr(e.then), self.expr(e.orelse)
+        is_vec = e.type.kind == "vec"
+
+        def cond(env):
+            c = test(env)
+            if not _is_array(c):
+                return then(env) if c else orelse(env)
+            a, b = then(env), orelse(env)
+            if is_vec:
+                c = _as_vec_operand(c, False)
+            return np.where(c, a, b)
+
+        return cond
+
+    def _veclit(self, e: ir.VecLit):
+        items = [self.expr(i) for i in e.items]
+        dtype = float if e.type.elem.kind == "float" else np.int64
+
+        def veclit(env):
+            values = [i(env) for i in items]
+            if not any(_is_array(v) for v in values):
+                return np.array(values, dtype=dtype)
+            values = np.broadcast_arrays(*[np.asarray(v) for v in values])
+            return np.stack(values, axis=-1).astype(dtype)
+
+        return veclit
+
+    def _maplit(self, e: ir.MapLit):
+        pairs = [(self.expr(k), self.expr(v), v.type) for k, v in zip(e.keys, e.values)]
+        vt = e.type.args[1]
+        return lambda env: {k(env): _to_state(v(env), vt) for k, v, _ in pairs}
+
+    # ------------------------------------------------------------- statements
+    def block(self, stmts: Sequence[ir.Stmt]) -> Callable[[_Env, Any], None]:
+        compiled = [self.stmt(s) for s in stmts]
+
+        def run(env, mask):
+            for s in compiled:
+                s(env, mask)
+
+        return run
+
+    def stmt(self, s: ir.Stmt) -> Callable[[_Env, Any], None]:
+        if isinstance(s, ir.Pass):
+            return lambda env, mask: None
+        if isinstance(s, ir.Return):
+            value = self.expr(s.value)
+
+            def ret(env, mask):
+                active = _active(mask, env.done)
+                v = value(env)
+                if active is None:
+                    env.ret, env.done = v, True
+                else:
+                    env.ret = np.where(active, v, np.nan if env.ret is None else env.ret)
+                    env.done = np.logical_or(env.done, active)
+
+            return ret
+        if isinstance(s, ir.If):
+            test, body, orelse = self.expr(s.test), self.block(s.body), self.block(s.orelse)
+
+            def if_(env, mask):
+                c = test(env)
+                if _is_array(c):
+                    active = _active(mask, env.done)
+                    lanes = c if active is None else c & active
+                    if not np.any(lanes):
+                        return orelse(env, mask)
+                    if np.all(c if active is None else (c | ~active)):
+                        return body(env, mask)
+                    body(env, lanes)
+                    others = ~c if active is None else (~c & active)
+                    return orelse(env, others)
+                return body(env, mask) if c else orelse(env, mask)
+
+            return if_
+        if isinstance(s, ir.Assign):
+            return self._assign(s)
+        raise TypeError(f"not an IR statement: {s!r}")
+
+    def _assign(self, s: ir.Assign):
+        value = self.expr(s.value)
+        target = s.target
+        if s.op is not None:
+            # target op= value  ==  target = target op value (same typing rules)
+            combined = ir.Binary(s.op, target, s.value, target.type, s.loc)
+            value = self.expr(combined)
+        if isinstance(target, ir.Local):
+            name = target.name
+            is_vec = target.type.kind == "vec"
+
+            def assign_local(env, mask):
+                v = value(env)
+                active = _active(mask, env.done)
+                if active is not None and name in env.locals:
+                    m = _as_vec_operand(active, False) if is_vec else active
+                    v = np.where(m, v, env.locals[name])
+                env.locals[name] = v
+
+            return assign_local
+        if isinstance(target, ir.StateRef):
+            name, t = target.name, target.type
+
+            def assign_state(env, mask):
+                env.state[name] = _to_state(value(env), t)
+
+            return assign_state
+        # state[key] = value
+        base, key = self.expr(target.base), self.expr(target.key)
+        t = target.type
+        container_kind = target.base.type.kind
+
+        def assign_item(env, mask):
+            container, k = base(env), _scalar_key(key(env))
+            v = _to_state(value(env), t)
+            if container_kind == "vec":
+                container = container.copy()
+                container[k] = v
+                env.state[target.base.name] = container
+            else:
+                container[k] = v
+
+        return assign_item
+
+
+def _active(mask, done):
+    """Lanes still executing: inside ``mask`` and not yet returned (None = all)."""
+    if done is False or done is True and mask is None:
+        return mask
+    if mask is None:
+        return np.logical_not(done)
+    return np.logical_and(mask, np.logical_not(done))
+
+
+def _string_compare(fn, a, b):
+    if _is_array(a) or _is_array(b):
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+        return np.fromiter((fn(x, y) for x, y in zip(a.flat, b.flat)), bool, a.size).reshape(a.shape)
+    return fn(a, b)
+
+
+def _string_concat(a, b):
+    if _is_array(a) or _is_array(b):
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+        out = np.empty(a.shape, dtype=object)
+        out.flat[:] = [x + y for x, y in zip(a.flat, b.flat)]
+        return out
+    return a + b
+
+
+class Interpreter:
+    """One running instance of a policy: its State, Score and hooks.
+
+    Example:
+        >>> from ray_adaptive.dsl import load_policy
+        >>> from ray_adaptive.dsl.interp import Interpreter
+        >>> it = Interpreter(load_policy("least_loaded"))
+        >>> it.state
+        {}
+    """
+
+    def __init__(self, policy: ir.Policy, num_nodes: int = 0):
+        self.policy = policy
+        self.num_nodes = num_nodes
+        c = _Compiler(policy)
+        self._score = c.block(policy.score.body)
+        self._hooks = {h.name: c.block(h.body) for h in policy.hooks}
+        self.state: dict = {}
+        empty = _Env((), (), {}, 0.0, num_nodes)
+        for d in policy.state:
+            self.state[d.name] = _to_state(c.expr(d.init)(empty), d.type) if d.init is not None else (
+                {} if d.type.kind == "map" else _to_state(zero_value(d.type), d.type)
+            )
+
+    def score_matrix(self, tasks: Sequence[TaskView], nodes: Sequence[NodeView], now: float = 0.0) -> np.ndarray:
+        """Score of every (task, node) pair as a float array of shape (len(tasks), len(nodes)).
+
+        NaN scores are returned as ``inf`` (infeasible).
+        """
+        shape = (len(tasks), len(nodes))
+        if 0 in shape:
+            return np.empty(shape)
+        env = _Env(tasks, nodes, self.state, now, self.num_nodes)
+        with np.errstate(all="ignore"):
+            self._score(env, None)
+            out = np.broadcast_to(np.asarray(env.ret, dtype=float), shape).copy()
+        out[np.isnan(out)] = math.inf
+        return out
+
+    def score(self, task: TaskView, node: NodeView, now: float = 0.0) -> float:
+        """Score of one pair (the same computation as one cell of :meth:`score_matrix`)."""
+        return float(self.score_matrix([task], [node], now)[0, 0])
+
+    def run_hook(self, name: str, task: TaskView, node: Optional[NodeView] = None, now: float = 0.0) -> None:
+        """Run ``OnArrival`` / ``OnDispatch`` / ``OnFinish`` (a no-op if the policy has none)."""
+        hook = self._hooks.get(name)
+        if hook is None:
+            return
+        env = _Env([task], [node] if node is not None else [], self.state, now, self.num_nodes)
+        with np.errstate(all="ignore"):
+            hook(env, None)
+
+
+def argmin_pair(scores: np.ndarray) -> Optional[tuple[int, int]]:
+    """The decision for a score matrix, or None if every pair is infeasible.
+
+    Rows must be ordered by (arrival, task id) and columns by node order: then
+    numpy's first-minimum rule *is* the tie rule of the cluster model (earlier
+    arrival, then task id, then node order).
+    """
+    if scores.size == 0:
+        return None
+    flat = int(np.argmin(scores))
+    if scores.flat[flat] == math.inf:
+        return None
+    return divmod(flat, scores.shape[1])

@@ -1,0 +1,270 @@
+"""The typed IR of a policy: immutable dataclasses, each carrying its source location.
+
+Everything after the checker (printer, interpreter, compiler) reads only these
+classes. Source locations are excluded from equality (``compare=False``) so a
+policy printed and parsed again compares equal to the original.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in a policy file; line and column are 1-based."""
+
+    file: str = "<policy>"
+    line: int = 0
+    col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NOWHERE = Loc()
+
+
+def _loc() -> Loc:
+    return field(default=NOWHERE, compare=False, repr=False)
+
+
+# --------------------------------------------------------------------- types
+
+
+@dataclass(frozen=True)
+class Type:
+    """A DSL type: ``int``, ``float``, ``bool``, ``string``, ``vec<T>`` or ``map<K, V>``.
+
+    ``args`` holds the element type of a vec and the key/value types of a map.
+    """
+
+    kind: str
+    args: tuple["Type", ...] = ()
+
+    def __str__(self) -> str:
+        if self.kind == "vec":
+            return f"vec<{self.args[0]}>"
+        if self.kind == "map":
+            return f"map<{self.args[0]}, {self.args[1]}>"
+        return self.kind
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.kind in ("int", "float", "bool")
+
+    @property
+    def elem(self) -> "Type":
+        return self.args[0]
+
+
+INT = Type("int")
+FLOAT = Type("float")
+BOOL = Type("bool")
+STRING = Type("string")
+SCALAR_KINDS = ("int", "float", "bool", "string")
+
+
+def vec(elem: Type) -> Type:
+    return Type("vec", (elem,))
+
+
+def map_of(key: Type, value: Type) -> Type:
+    return Type("map", (key, value))
+
+
+# --------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool, str]
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Local:
+    """A local variable of Score or a hook."""
+
+    name: str
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """A variable declared in ``State:``."""
+
+    name: str
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """``task.<name>`` or ``node.<name>`` (declared fields and built-in attributes)."""
+
+    obj: str  # "task" | "node"
+    name: str
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Index:
+    """``base[key]``: a map lookup (missing key reads the zero value) or a vec element."""
+
+    base: "Expr"
+    key: "Expr"
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "-" | "not"
+    operand: "Expr"
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Binary:
+    """Arithmetic (``+ - * / %``, element-wise on vectors), comparison or ``and``/``or``."""
+
+    op: str
+    left: "Expr"
+    right: "Expr"
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call of a built-in function (see :data:`ray_adaptive.dsl.builtins.BUILTINS`)."""
+
+    fn: str
+    args: tuple["Expr", ...]
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Cond:
+    """``then if test else orelse``."""
+
+    test: "Expr"
+    then: "Expr"
+    orelse: "Expr"
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class VecLit:
+    items: tuple["Expr", ...]
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class MapLit:
+    keys: tuple["Expr", ...]
+    values: tuple["Expr", ...]
+    type: Type
+    loc: Loc = _loc()
+
+
+Expr = Union[Const, Local, StateRef, FieldRef, Index, Unary, Binary, Call, Cond, VecLit, MapLit]
+
+ARITH_OPS = ("+", "-", "*", "/", "%")
+COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
+LOGIC_OPS = ("and", "or")
+
+# ---------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``target = value`` or, with ``op``, ``target op= value``."""
+
+    target: Union[Local, StateRef, Index]
+    value: Expr
+    op: Optional[str] = None
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class If:
+    test: Expr
+    body: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...] = ()
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Return:
+    value: Expr
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Pass:
+    loc: Loc = _loc()
+
+
+Stmt = Union[Assign, If, Return, Pass]
+
+# ------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class FieldDecl:
+    name: str
+    type: Type
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class StateDecl:
+    name: str
+    type: Type
+    init: Optional[Expr] = None  # None: the type's zero value
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Function:
+    """Score or a hook: its name, parameters (``task``[, ``node``]) and body."""
+
+    name: str  # "Score" | "OnArrival" | "OnDispatch" | "OnFinish"
+    params: tuple[str, ...]
+    body: tuple[Stmt, ...]
+    limit: Optional[float] = None  # Score only: the competitive-ratio limit
+    loc: Loc = _loc()
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A checked, typed policy. Build one with :func:`ray_adaptive.dsl.parse_policy`."""
+
+    name: str
+    task_fields: tuple[FieldDecl, ...]
+    node_fields: tuple[FieldDecl, ...]
+    state: tuple[StateDecl, ...]
+    score: Function
+    hooks: tuple[Function, ...] = ()
+    file: str = field(default="<policy>", compare=False)
+
+    def hook(self, name: str) -> Optional[Function]:
+        """The hook called ``name`` (``"OnArrival"``, ...), or None if the policy has none."""
+        for h in self.hooks:
+            if h.name == name:
+                return h
+        return None
+
+    @property
+    def limit(self) -> Optional[float]:
+        return self.score.limit

@@ -1,0 +1,334 @@
+"""Stage 1: policy text -> untyped syntax (sections, declarations, body ASTs).
+
+Why this approach: section headers and declarations are parsed by hand (a few
+regular shapes, so every message can say exactly what was expected), while
+expressions and hook bodies -- which are Python-shaped -- go through Python's
+own ``ast`` parser, which gives precise, well-worded syntax errors for ~0.3 ms
+a policy. Nothing is ever evaluated here: ``ast.parse`` only builds a tree,
+and the checker (stage 2) accepts a small whitelist of node kinds from it.
+
+Positions: every line and column reported is 1-based in the policy file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ray_adaptive.dsl.ir import BOOL, FLOAT, INT, STRING, Loc, Type, map_of, vec
+from ray_adaptive.errors import PolicyError
+
+DECL_SECTIONS = ("Task", "Node", "State")
+FUNCTION_PARAMS = {
+    "Score": ("task", "node"),
+    "OnArrival": ("task",),
+    "OnDispatch": ("task", "node"),
+    "OnFinish": ("task", "node"),
+}
+SECTIONS = DECL_SECTIONS + tuple(FUNCTION_PARAMS)
+_EXPECTED_SECTIONS = "Task:, Node:, State:, Score(task, node):, OnArrival(task):, OnDispatch(task, node): or OnFinish(task, node):"
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class Decl:
+    """``name: type [= init]`` in a Task, Node or State section."""
+
+    name: str
+    type: Type
+    init: Optional[ast.expr]
+    loc: Loc
+    init_loc: Optional[Loc] = None
+
+
+@dataclass
+class Section:
+    name: str
+    loc: Loc
+    params: tuple[str, ...] = ()
+    limit: Optional[float] = None
+    decls: list[Decl] = field(default_factory=list)
+    body: list[ast.stmt] = field(default_factory=list)
+
+
+@dataclass
+class SourcePolicy:
+    file: str
+    sections: dict[str, Section]
+
+    def loc(self, node: ast.AST) -> Loc:
+        """File location of an ast node (their positions are shifted to the file's)."""
+        return Loc(self.file, node.lineno, node.col_offset + 1)
+
+
+def _shift(tree: ast.AST, lines: int, cols: int) -> None:
+    """Move every position in ``tree`` by ``lines`` and ``cols`` (to file positions)."""
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno"):
+            node.lineno += lines
+            node.col_offset += cols
+
+
+def strip_comment(line: str) -> str:
+    """The line without its ``//`` or ``#`` comment (quotes respected)."""
+    quote = None
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c == "#" or line.startswith("//", i):
+            return line[:i]
+        i += 1
+    return line
+
+
+class _Cursor:
+    """A position in one line, for the hand-written header/declaration parsers."""
+
+    def __init__(self, text: str, file: str, line: int, col0: int = 0):
+        self.text, self.file, self.line, self.pos = text, file, line, col0
+
+    def loc(self, pos: Optional[int] = None) -> Loc:
+        return Loc(self.file, self.line, (self.pos if pos is None else pos) + 1)
+
+    def error(self, message: str, pos: Optional[int] = None, kind: str = "syntax"):
+        loc = self.loc(pos)
+        raise PolicyError(message, loc.file, loc.line, loc.col, kind)
+
+    def skip_ws(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in " \t":
+            self.pos += 1
+
+    def peek(self) -> str:
+        self.skip_ws()
+        return self.text[self.pos : self.pos + 1]
+
+    def found(self) -> str:
+        self.skip_ws()
+        rest = self.text[self.pos :].strip()
+        return f"'{rest[:20]}'" if rest else "end of line"
+
+    def ident(self, what: str) -> str:
+        self.skip_ws()
+        m = _IDENT.match(self.text, self.pos)
+        if not m:
+            self.error(f"expected {what}, found {self.found()}")
+        self.pos = m.end()
+        return m.group()
+
+    def expect(self, token: str, after: str) -> None:
+        self.skip_ws()
+        if not self.text.startswith(token, self.pos):
+            self.error(f"expected '{token}' {after}, found {self.found()}")
+        self.pos += len(token)
+
+    def at_end(self) -> bool:
+        self.skip_ws()
+        return self.pos >= len(self.text)
+
+
+_SCALARS = {"int": INT, "float": FLOAT, "bool": BOOL, "string": STRING}
+_TYPE_HELP = "expected a type: int, float, bool, string, vec<T> or map<K, V>"
+
+
+def parse_type(cur: _Cursor) -> Type:
+    start = cur.pos
+    cur.skip_ws()
+    start = cur.pos
+    m = _IDENT.match(cur.text, cur.pos)
+    if not m:
+        cur.error(f"{_TYPE_HELP}, found {cur.found()}", kind="type")
+    name = m.group()
+    cur.pos = m.end()
+    if name in _SCALARS:
+        return _SCALARS[name]
+    if name == "vec":
+        cur.expect("<", "after 'vec' (vec<T>)")
+        elem_pos = cur.pos
+        elem = parse_type(cur)
+        if elem.kind not in ("int", "float", "bool"):
+            cur.error(f"vec elements must be int, float or bool, found {elem}", elem_pos + 1 if cur.text[elem_pos] == " " else elem_pos, kind="type")
+        cur.expect(">", "to close vec<...")
+        return vec(elem)
+    if name == "map":
+        cur.expect("<", "after 'map' (map<K, V>)")
+        key_pos = cur.pos
+        key = parse_type(cur)
+        if key.kind not in ("string", "int"):
+            cur.error(f"map keys must be string or int, found {key}", key_pos, kind="type")
+        cur.expect(",", "between the key and value types of map<K, V>")
+        val_pos = cur.pos
+        val = parse_type(cur)
+        if val.kind == "map":
+            cur.error("map values cannot be maps; use a key that combines both levels", val_pos, kind="type")
+        cur.expect(">", "to close map<...")
+        return map_of(key, val)
+    cur.error(f"unknown type '{name}'; {_TYPE_HELP}", start, kind="type")
+
+
+def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
+    name_pos = cur.pos
+    m = _IDENT.match(cur.text, cur.pos)
+    if not m:
+        cur.error(f"expected a section header ({_EXPECTED_SECTIONS}), found {cur.found()}", kind="section")
+    name = m.group()
+    if name not in SECTIONS:
+        cur.error(f"unknown section '{name}'; expected {_EXPECTED_SECTIONS}", kind="section")
+    if name in seen:
+        first = seen[name].loc.line
+        cur.error(f"duplicate section '{name}' (first defined at line {first})", kind="section")
+    cur.pos = m.end()
+    section = Section(name, cur.loc(name_pos))
+    if name in FUNCTION_PARAMS:
+        want = FUNCTION_PARAMS[name]
+        shape = f"{name}({', '.join(want)})"
+        cur.expect("(", f"after '{name}' ({shape}:)")
+        params = []
+        while cur.peek() != ")":
+            if params:
+                cur.expect(",", f"between parameters of {shape}")
+            params.append(cur.ident(f"a parameter name ({shape})"))
+        if tuple(params) != want:
+            cur.error(f"{name} takes parameters ({', '.join(want)}), found ({', '.join(params)})", kind="section")
+        cur.pos += 1
+        section.params = want
+    elif cur.peek() == "(":
+        cur.error(f"section '{name}' takes no parameters; expected '{name}:'", kind="section")
+    cur.expect(":", f"after section header '{name}'")
+    if cur.peek() == "[":
+        ann_pos = cur.pos
+        if name != "Score":
+            cur.error(f"only Score takes an annotation like [limit=1.2]; found one on '{name}'", kind="section")
+        cur.pos += 1
+        key = cur.ident("'limit' in [limit=...]")
+        if key != "limit":
+            cur.error(f"unknown annotation '{key}'; expected [limit=NUMBER]", cur.pos - len(key), kind="section")
+        cur.expect("=", "after 'limit'")
+        cur.skip_ws()
+        num = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?").match(cur.text, cur.pos)
+        if not num:
+            cur.error(f"expected a number after 'limit=', found {cur.found()}")
+        section.limit = float(num.group())
+        if section.limit < 1.0:
+            cur.error(f"limit is a competitive ratio and must be >= 1, found {num.group()}", cur.pos, kind="type")
+        cur.pos = num.end()
+        cur.expect("]", "to close [limit=...]")
+        del ann_pos
+    if not cur.at_end():
+        cur.error(f"expected end of line after '{name}' header, found {cur.found()}")
+    return section
+
+
+def _parse_decl(cur: _Cursor, section: Section) -> Decl:
+    name_pos = cur.pos
+    name = cur.ident(f"a field name in {section.name}")
+    cur.expect(":", f"after '{name}' (name: type)")
+    typ = parse_type(cur)
+    init = init_loc = None
+    cur.skip_ws()
+    if cur.peek() == "=":
+        if section.name != "State":
+            cur.error(f"{section.name} fields take no initial value; only State variables do", kind="syntax")
+        cur.pos += 1
+        cur.skip_ws()
+        init_loc = cur.loc()
+        init = _parse_expr(cur.text[cur.pos :], init_loc)
+    elif not cur.at_end():
+        cur.error(f"expected '=' or end of line after the type of '{name}', found {cur.found()}")
+    return Decl(name, typ, init, cur.loc(name_pos), init_loc)
+
+
+def _syntax_error(err: SyntaxError, file: str, line0: int, col0: int) -> PolicyError:
+    line = line0 + (err.lineno or 1) - 1
+    col = col0 + (err.offset or 1)
+    return PolicyError(err.msg, file, line, col, "syntax")
+
+
+def _parse_expr(text: str, loc: Loc) -> ast.expr:
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as err:
+        raise _syntax_error(err, loc.file, loc.line, loc.col - 1) from None
+    _shift(tree, loc.line - 1, loc.col - 1 + (len(text) - len(text.lstrip())))
+    return tree.body
+
+
+def _parse_body(lines: list[tuple[int, str]], section: Section, file: str) -> None:
+    body_lines = [(n, s) for n, s in lines if s.strip()]
+    if not body_lines:
+        want = "a return statement" if section.name == "Score" else "a statement (or 'pass')"
+        raise PolicyError(f"{section.name} has an empty body; expected {want}, indented", file, section.loc.line, section.loc.col, "structure")
+    first_no, first = body_lines[0]
+    indent = len(first) - len(first.lstrip(" "))
+    text = []
+    for n, s in lines[lines.index((first_no, first)) :]:
+        lead = len(s) - len(s.lstrip(" "))
+        if s.strip() and lead < indent:
+            raise PolicyError(
+                f"inconsistent indentation: expected at least {indent} spaces like the first line of {section.name}, found {lead}",
+                file, n, lead + 1, "syntax",
+            )
+        text.append(s[indent:])
+    try:
+        tree = ast.parse("\n".join(text), mode="exec")
+    except SyntaxError as err:
+        raise _syntax_error(err, file, first_no, indent) from None
+    _shift(tree, first_no - 1, indent)
+    section.body = tree.body
+
+
+def parse_source(text: str, file: str = "<policy>") -> SourcePolicy:
+    """Split ``text`` into sections and parse each; raise PolicyError on the first error."""
+    sections: dict[str, Section] = {}
+    current: Optional[Section] = None
+    body: list[tuple[int, str]] = []
+
+    def close() -> None:
+        if current is not None and current.name in FUNCTION_PARAMS:
+            _parse_body(body, current, file)
+
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+            raise PolicyError("tab in indentation; indent with spaces", file, line_no, raw.index("\t") + 1, "syntax")
+        line = strip_comment(raw).rstrip()
+        if not line.strip():
+            if current is not None and current.name in FUNCTION_PARAMS:
+                body.append((line_no, ""))
+            continue
+        if not line[0].isspace():  # a section header
+            close()
+            current = _parse_header(_Cursor(line, file, line_no), sections)
+            sections[current.name] = current
+            body = []
+            continue
+        if current is None:
+            col = len(line) - len(line.lstrip()) + 1
+            raise PolicyError(f"expected a section header at column 1 ({_EXPECTED_SECTIONS}), found an indented line", file, line_no, col, "section")
+        if current.name in FUNCTION_PARAMS:
+            body.append((line_no, line))
+        else:
+            cur = _Cursor(line, file, line_no)
+            cur.skip_ws()
+            decl = _parse_decl(cur, current)
+            for other in current.decls:
+                if other.name == decl.name:
+                    raise PolicyError(
+                        f"duplicate {current.name} field '{decl.name}' (first declared at line {other.loc.line})",
+                        file, decl.loc.line, decl.loc.col, "name",
+                    )
+            current.decls.append(decl)
+    close()
+    if "Score" not in sections:
+        last = len(text.splitlines()) or 1
+        raise PolicyError("missing section 'Score(task, node):'; every policy needs a Score", file, last, 1, "section")
+    return SourcePolicy(file, sections)

@@ -1,0 +1,56 @@
+"""The mechanics of the cluster model (see :mod:`ray_adaptive.sim.model`) on an event loop."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ray_adaptive.sim.events import FINISH, EventLoop
+from ray_adaptive.sim.model import Node, NodeSpec, Task
+
+
+class Cluster:
+    """Nodes that run dispatched tasks FIFO on their executors.
+
+    ``on_leave(task)`` is called when a dispatched task leaves its node
+    (finished or dropped); the scheduler reacts to it.
+    """
+
+    def __init__(self, specs: Sequence[NodeSpec], loop: EventLoop, on_leave: Callable[[Task], None]):
+        self.nodes = [Node(s, i) for i, s in enumerate(specs)]
+        self.loop = loop
+        self.on_leave = on_leave
+
+    def candidates(self) -> list[Node]:
+        """Nodes that can take one more task (resource fit is checked per task)."""
+        return [n for n in self.nodes if n.has_room]
+
+    def dispatch(self, task: Task, node: Node) -> None:
+        if not node.has_room or not node.fits(task):
+            raise RuntimeError(f"{task} dispatched to {node} which is not a candidate (a scheduler bug)")
+        task.status, task.node, task.dispatched_at = "queued", node, self.loop.now
+        node.hold(task, +1)
+        node.waiting.append(task)
+        self._start_ready(node)
+
+    def drop(self, task: Task) -> None:
+        """Drop a task queued at its node (it has not started)."""
+        node = task.node
+        node.waiting.remove(task)
+        node.hold(task, -1)
+        task.status = "dropped"
+        self.on_leave(task)
+
+    def _start_ready(self, node: Node) -> None:
+        while node.waiting and len(node.running) < node.executors:
+            task = node.waiting.popleft()
+            task.status, task.started_at = "running", self.loop.now
+            node.running.append(task)
+            self.loop.after(task.spec.duration, FINISH, self._finish, task)
+
+    def _finish(self, task: Task) -> None:
+        node = task.node
+        node.running.remove(task)
+        node.hold(task, -1)
+        task.status, task.finished_at = "finished", self.loop.now
+        self._start_ready(node)
+        self.on_leave(task)

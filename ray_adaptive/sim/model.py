@@ -1,0 +1,126 @@
+"""The cluster and scheduling model, shared by replay, simulator and runtime.
+
+* A node has an id, ``resources``, ``executors`` (tasks it runs at once, FIFO)
+  and a bounded ``queue``. It is a *candidate* for a task while
+  queued + running < executors + queue and the task's resources fit in what
+  is not held by tasks already dispatched to it.
+* ``load`` (what ``get_load(node)`` returns) = tasks queued + running on it.
+* Tasks wait in the scheduler's pending queue until a candidate exists.
+* A task holds its resources on its node from dispatch until it leaves.
+* Overload control: a task that has not *started* by ``arrival + timeout`` is
+  dropped (from the pending queue or from its node's queue). A task that
+  started always runs to completion; it counts toward goodput only if it
+  finished by ``arrival + timeout``.
+* Hooks: OnArrival when a task reaches the scheduler; OnDispatch when it is
+  bound to a node; OnFinish when a dispatched task leaves its node, finished
+  or dropped (so state such as DRF's allocation is always released).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+DEFAULT_EXECUTORS = 1
+DEFAULT_QUEUE = 2
+DEFAULT_DURATION = 0.02  # seconds
+DEFAULT_TIMEOUT = math.inf  # never dropped
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    id: str
+    executors: int = DEFAULT_EXECUTORS
+    queue: int = DEFAULT_QUEUE
+    resources: dict = field(default_factory=dict)
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    id: str
+    arrival: float
+    duration: float = DEFAULT_DURATION
+    timeout: float = DEFAULT_TIMEOUT
+    fields: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+
+    @property
+    def deadline(self) -> float:
+        return self.arrival + self.timeout
+
+
+class Task:
+    """A task's life in one run: ``pending`` -> ``queued`` -> ``running`` -> ``finished``,
+    or ``dropped`` from pending/queued."""
+
+    __slots__ = ("spec", "status", "node", "dispatched_at", "started_at", "finished_at")
+
+    def __init__(self, spec: TaskSpec):
+        self.spec = spec
+        self.status = "pending"
+        self.node: Optional[Node] = None
+        self.dispatched_at = self.started_at = self.finished_at = None
+
+    # the TaskView protocol of the interpreter
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def arrival(self) -> float:
+        return self.spec.arrival
+
+    @property
+    def fields(self) -> dict:
+        return self.spec.fields
+
+    @property
+    def on_time(self) -> bool:
+        return self.status == "finished" and self.finished_at <= self.spec.deadline + 1e-12
+
+    def __repr__(self) -> str:
+        return f"Task({self.id!r}, {self.status})"
+
+
+class Node:
+    """A node's state in one run (the NodeView protocol of the interpreter)."""
+
+    def __init__(self, spec: NodeSpec, index: int):
+        self.spec = spec
+        self.index = index
+        self.running: list[Task] = []
+        self.waiting: deque[Task] = deque()
+        self._held: dict[str, float] = {}
+
+    id = property(lambda self: self.spec.id)
+    executors = property(lambda self: self.spec.executors)
+    queue = property(lambda self: self.spec.queue)
+    resources = property(lambda self: self.spec.resources)
+    fields = property(lambda self: self.spec.fields)
+
+    @property
+    def load(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    @property
+    def available(self) -> dict:
+        return {r: total - self._held.get(r, 0.0) for r, total in self.spec.resources.items()}
+
+    @property
+    def has_room(self) -> bool:
+        return self.load < self.spec.executors + self.spec.queue
+
+    def fits(self, task: Task) -> bool:
+        res = self.spec.resources
+        held = self._held
+        return all(res.get(r, 0.0) - held.get(r, 0.0) >= amount - 1e-9 for r, amount in task.spec.resources.items())
+
+    def hold(self, task: Task, sign: int) -> None:
+        for r, amount in task.spec.resources.items():
+            self._held[r] = self._held.get(r, 0.0) + sign * amount
+
+    def __repr__(self) -> str:
+        return f"Node({self.id!r}, load={self.load})"
