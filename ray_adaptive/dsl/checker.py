@@ -162,7 +162,7 @@ class _Checker:
         if isinstance(s, ast.AugAssign):
             op = _ARITH.get(type(s.op))
             if op is None:
-                self.error(s, f"{_UNSUPPORTED.get(type(s.op), 'this operator')} ", "unsupported")
+                self.error(s, _UNSUPPORTED.get(type(s.op), "this operator is not part of the policy language; use + - * / %"), "unsupported")
             value = self.expr(s.value, scope)
             target = self.target(s.target, scope, value.type, op=op)
             return ir.Assign(target, value, op, loc)
@@ -194,6 +194,7 @@ class _Checker:
         if isinstance(s, ast.Pass):
             return ir.Pass(loc)
         if isinstance(s, ast.Expr):
+            self.expr(s.value, scope)
             self.error(s, "this expression's value is unused; expected an assignment, if, return or pass", "structure")
         self.error(s, _UNSUPPORTED.get(type(s), f"{_kind_name(s)} statements are not part of the policy language"), "unsupported")
 
@@ -412,7 +413,8 @@ class _Checker:
             self.error(e, f"an initial value cannot read '{obj}'", "name")
         fields = self.task_fields if obj == "task" else self.node_fields
         if e.attr not in fields:
-            self.error(e, f"{obj} has no field '{e.attr}'; its fields are {', '.join(sorted(fields))}", "name")
+            at = Loc(self.src.file, e.end_lineno, e.end_col_offset - len(e.attr) + 1)  # the field name
+            self.error(at, f"{obj} has no field '{e.attr}'; its fields are {', '.join(sorted(fields))}", "name")
         return ir.FieldRef(obj, e.attr, fields[e.attr], self.loc(e))
 
     def call(self, e: ast.Call, scope: _Scope) -> ir.Expr:
@@ -422,10 +424,11 @@ class _Checker:
         if fn is None:
             self.error(e.func, f"unknown function '{e.func.id}'; expected one of {', '.join(sorted(BUILTINS))}", "name")
         if e.keywords:
-            self.error(e.keywords[0].value, f"{fn.name}() takes no keyword arguments", "unsupported")
+            self.error(e.keywords[0], f"{fn.name}() takes no keyword arguments", "unsupported")
         if fn.takes_node:
             if len(e.args) != 1 or not (isinstance(e.args[0], ast.Name) and e.args[0].id == "node"):
-                self.error(e, f"expected {fn.signature}", "type")
+                wrong = e.args[0] if e.args and not (isinstance(e.args[0], ast.Name) and e.args[0].id == "node") else e.args[1] if len(e.args) > 1 else e
+                self.error(wrong, f"expected {fn.signature}: its one argument is the name 'node'", "type")
             self._need_node(e.args[0], scope, f"{fn.name}(node)")
             return ir.Call(fn.name, (), fn.result, self.loc(e))
         args = tuple(self.expr(a, scope) for a in e.args)

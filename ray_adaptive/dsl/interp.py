@@ -348,6 +348,9 @@ class _Compiler:
 
         def run(env, mask):
             for s in compiled:
+                done = env.done
+                if done is True or (done is not False and np.all(done if mask is None else done | ~mask)):
+                    return  # every lane this block runs for has returned
                 s(env, mask)
 
         return run
@@ -437,7 +440,7 @@ class _Compiler:
 
 def _active(mask, done):
     """Lanes still executing: inside ``mask`` and not yet returned (None = all)."""
-    if done is False or done is True and mask is None:
+    if done is False:
         return mask
     if mask is None:
         return np.logical_not(done)

@@ -70,6 +70,9 @@ def _shift(tree: ast.AST, lines: int, cols: int) -> None:
         if hasattr(node, "lineno"):
             node.lineno += lines
             node.col_offset += cols
+            if getattr(node, "end_lineno", None) is not None:
+                node.end_lineno += lines
+                node.end_col_offset += cols
 
 
 def strip_comment(line: str) -> str:
@@ -154,19 +157,22 @@ def parse_type(cur: _Cursor) -> Type:
         return _SCALARS[name]
     if name == "vec":
         cur.expect("<", "after 'vec' (vec<T>)")
+        cur.skip_ws()
         elem_pos = cur.pos
         elem = parse_type(cur)
         if elem.kind not in ("int", "float", "bool"):
-            cur.error(f"vec elements must be int, float or bool, found {elem}", elem_pos + 1 if cur.text[elem_pos] == " " else elem_pos, kind="type")
+            cur.error(f"vec elements must be int, float or bool, found {elem}", elem_pos, kind="type")
         cur.expect(">", "to close vec<...")
         return vec(elem)
     if name == "map":
         cur.expect("<", "after 'map' (map<K, V>)")
+        cur.skip_ws()
         key_pos = cur.pos
         key = parse_type(cur)
         if key.kind not in ("string", "int"):
             cur.error(f"map keys must be string or int, found {key}", key_pos, kind="type")
         cur.expect(",", "between the key and value types of map<K, V>")
+        cur.skip_ws()
         val_pos = cur.pos
         val = parse_type(cur)
         if val.kind == "map":
@@ -193,13 +199,18 @@ def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
         want = FUNCTION_PARAMS[name]
         shape = f"{name}({', '.join(want)})"
         cur.expect("(", f"after '{name}' ({shape}:)")
-        params = []
+        params, starts = [], []
         while cur.peek() != ")":
             if params:
-                cur.expect(",", f"between parameters of {shape}")
+                cur.expect(",", f"or ')' after a parameter of {shape}")
+            cur.skip_ws()
+            starts.append(cur.pos)
             params.append(cur.ident(f"a parameter name ({shape})"))
         if tuple(params) != want:
-            cur.error(f"{name} takes parameters ({', '.join(want)}), found ({', '.join(params)})", kind="section")
+            # the first parameter that differs, or the ')' where one is missing
+            bad = next((i for i, (p, w) in enumerate(zip(params, want)) if p != w), len(want))
+            pos = starts[bad] if bad < len(params) else cur.pos
+            cur.error(f"{name} takes parameters ({', '.join(want)}), found ({', '.join(params)})", pos, kind="section")
         cur.pos += 1
         section.params = want
     elif cur.peek() == "(":
@@ -251,12 +262,17 @@ def _parse_decl(cur: _Cursor, section: Section) -> Decl:
 def _syntax_error(err: SyntaxError, file: str, line0: int, col0: int) -> PolicyError:
     line = line0 + (err.lineno or 1) - 1
     col = col0 + (err.offset or 1)
-    return PolicyError(err.msg, file, line, col, "syntax")
+    if isinstance(err, IndentationError) and err.text and err.msg.startswith(("unexpected indent", "unindent")):
+        # Python points at (or past) the end of the indentation; point at the statement
+        col = col0 + len(err.text) - len(err.text.lstrip(" ")) + 1
+    # messages such as "... on line 3" count lines of the parsed text; make them file lines
+    msg = re.sub(r"\bon line (\d+)", lambda m: f"on line {line0 + int(m.group(1)) - 1}", err.msg)
+    return PolicyError(msg, file, line, col, "syntax")
 
 
 def _parse_expr(text: str, loc: Loc) -> ast.expr:
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(text.strip() + "\n", mode="eval")
     except SyntaxError as err:
         raise _syntax_error(err, loc.file, loc.line, loc.col - 1) from None
     _shift(tree, loc.line - 1, loc.col - 1 + (len(text) - len(text.lstrip())))

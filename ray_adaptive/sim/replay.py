@@ -38,6 +38,8 @@ class ReplayResult:
             "on_time": int(on_time),
             "late": len(finished) - int(on_time),
             "dropped": sum(t.status == "dropped" for t in tasks),
+            # still waiting at the end: no node could ever take them and they have no timeout
+            "pending": sum(t.status == "pending" for t in tasks),
             "makespan_s": round(span, 6),
             "goodput_per_s": round(on_time / span, 3) if span > 0 else 0.0,
             "wait_p50_s": round(float(np.percentile(waits, 50)), 6),
