@@ -110,7 +110,7 @@ CASES = [
         "Nodes:",
         "  zone: string",
         SCORE,
-        "  return 0"), 1, 1, "section", "unknown section 'Nodes'; expected Task:, Node:, State:, Score(task, node):"),
+        "  return 0"), 1, 1, "section", "unknown section 'Nodes' (did you mean 'Node'?); expected Task:, Node:, State:, Score(task, node):"),
     case("misspelled-section", P(
         "Scroe(task, node):",
         "  return 0"), 1, 1, "section", "unknown section 'Scroe'"),
@@ -589,7 +589,7 @@ def test_error_in_later_line_of_multi_section_file_reports_file_line():
         "  alloc[task.tenant] += 1",
         "  alloc[task.tenat] -= 1",  # typo, line 13, 'tenat' at col 14
     )
-    assert_policy_error(text, 13, 14, "name", "task has no field 'tenat'; its fields are arrival, id, tenant")
+    assert_policy_error(text, 13, 14, "name", "task has no field 'tenat' (did you mean 'tenant'?); its fields are arrival, id, tenant")
 
 
 # ---------------------------------------------------------------------- CLI

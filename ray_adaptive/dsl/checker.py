@@ -10,6 +10,7 @@ error. Nothing is evaluated here.
 from __future__ import annotations
 
 import ast
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -44,9 +45,17 @@ _UNSUPPORTED = {
 
 
 def _kind_name(node: ast.AST) -> str:
-    return {ast.Tuple: "tuples", ast.Set: "sets", ast.Slice: "slices", ast.Starred: "'*' unpacking"}.get(
-        type(node), f"'{type(node).__name__}'"
-    )
+    return {
+        ast.Tuple: "tuples", ast.Set: "sets", ast.Slice: "slices", ast.Starred: "'*' unpacking",
+        ast.NamedExpr: "':=' assignments", ast.Await: "'await' expressions", ast.Dict: "map literals",
+        ast.DictComp: "comprehensions", ast.SetComp: "comprehensions", ast.Yield: "'yield' expressions",
+    }.get(type(node), f"'{type(node).__name__}'")
+
+
+def did_you_mean(word: str, candidates) -> str:
+    """``" (did you mean 'x'?)"`` for a close match among ``candidates``, else ``""``."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def assignable(src: Type, dst: Type) -> bool:
@@ -401,7 +410,7 @@ class _Checker:
             self.error(e, f"'{n}' is a function; call it as {BUILTINS[n].signature}", "type")
         known = sorted(set(self.state) | set(scope.locals))
         hint = f"; known variables: {', '.join(known)}" if known else ""
-        self.error(e, f"unknown name '{n}'{hint}", "name")
+        self.error(e, f"unknown name '{n}'{did_you_mean(n, known)}{hint}", "name")
 
     def field_ref(self, e: ast.Attribute, scope: _Scope) -> ir.Expr:
         if not (isinstance(e.value, ast.Name) and e.value.id in ("task", "node")):
@@ -414,7 +423,7 @@ class _Checker:
         fields = self.task_fields if obj == "task" else self.node_fields
         if e.attr not in fields:
             at = Loc(self.src.file, e.end_lineno, e.end_col_offset - len(e.attr) + 1)  # the field name
-            self.error(at, f"{obj} has no field '{e.attr}'; its fields are {', '.join(sorted(fields))}", "name")
+            self.error(at, f"{obj} has no field '{e.attr}'{did_you_mean(e.attr, fields)}; its fields are {', '.join(sorted(fields))}", "name")
         return ir.FieldRef(obj, e.attr, fields[e.attr], self.loc(e))
 
     def call(self, e: ast.Call, scope: _Scope) -> ir.Expr:
@@ -422,7 +431,7 @@ class _Checker:
             self.error(e.func, "only the built-in functions can be called", "unsupported")
         fn = BUILTINS.get(e.func.id)
         if fn is None:
-            self.error(e.func, f"unknown function '{e.func.id}'; expected one of {', '.join(sorted(BUILTINS))}", "name")
+            self.error(e.func, f"unknown function '{e.func.id}'{did_you_mean(e.func.id, BUILTINS)}; expected one of {', '.join(sorted(BUILTINS))}", "name")
         if e.keywords:
             self.error(e.keywords[0], f"{fn.name}() takes no keyword arguments", "unsupported")
         if fn.takes_node:

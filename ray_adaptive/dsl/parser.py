@@ -13,6 +13,7 @@ Positions: every line and column reported is 1-based in the policy file.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Optional
@@ -189,7 +190,9 @@ def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
         cur.error(f"expected a section header ({_EXPECTED_SECTIONS}), found {cur.found()}", kind="section")
     name = m.group()
     if name not in SECTIONS:
-        cur.error(f"unknown section '{name}'; expected {_EXPECTED_SECTIONS}", kind="section")
+        close = difflib.get_close_matches(name, SECTIONS, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        cur.error(f"unknown section '{name}'{hint}; expected {_EXPECTED_SECTIONS}", kind="section")
     if name in seen:
         first = seen[name].loc.line
         cur.error(f"duplicate section '{name}' (first defined at line {first})", kind="section")
