@@ -108,8 +108,21 @@ class Gang:
         return {self._name(i, r): amount for r, amount in self._bundles[i].items()}
 
     def options(self, i: int) -> Dict[str, object]:
-        """``.options(**gang.options(i))`` for the member of bundle ``i``."""
-        return {"num_cpus": 0, "resources": self.resources(i)}
+        """``.options(**gang.options(i))`` for the member of bundle ``i``.
+
+        Once the gang is reserved this also pins the member to its node
+        (``NodeAffinitySchedulingStrategy``), so its lease goes straight to
+        that raylet instead of waiting for the next resource report to show
+        the gang resource to the submitting raylet (~10 ms instead of ~100 ms).
+        """
+        opts: Dict[str, object] = {"num_cpus": 0, "resources": self.resources(i)}
+        if self._placement is not None and not self._released:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                self._placement[i], soft=False
+            )
+        return opts
 
     def submit(self, i: int, remote, *args, **kwargs):
         """Launch ``remote`` (a remote function or actor class) as member ``i``.
@@ -263,19 +276,22 @@ class Gang:
         self._released = True
         taken, names = self._taken, self._names
         self._taken, self._names = {}, {}
+        placement = self._placement or []
+        jobs = {}
         for node in taken:
-            returned = {r: 0.0 for r in taken[node]}
-            left = dict(names[node])
             of = {
                 self._name(i, r): r
-                for i, n in enumerate(self._placement or [])
+                for i, n in enumerate(placement)
                 if n == node
                 for r in self._bundles[i]
             }
-            if not _hand_back(node, taken[node], returned, left, of):
-                _res._add_job(
-                    lambda n=node, t=taken[node], r=returned, l=left, o=of: _hand_back(n, t, r, l, o)
-                )
+            jobs[node] = (taken[node], {r: 0.0 for r in taken[node]}, dict(names[node]), of)
+        # First pass for all nodes at once (one lock, two RPC rounds); nodes
+        # with members still running finish in the background.
+        unfinished = _hand_back_many(jobs)
+        for node in unfinished:
+            t, r, l, o = jobs[node]
+            _res._add_job(lambda n=node, t=t, r=r, l=l, o=o: not _hand_back_many({n: (t, r, l, o)}))
 
     def _abort(self) -> None:
         import ray
@@ -301,35 +317,40 @@ class Gang:
         return f"Gang({len(self._bundles)} bundles, {self._strategy}, {state})"
 
 
-def _hand_back(
-    node: str,
-    taken: Dict[str, float],
-    returned: Dict[str, float],
-    left: Dict[str, float],
-    resource_of: Dict[str, str],
-) -> bool:
-    """Delete what is left of a gang's resources on ``node``, return freed units.
+def _hand_back_many(jobs) -> List[str]:
+    """Delete what is left of a gang's resources and return the freed units.
 
-    ``left``: gang names still present -> their reserved amount;
-    ``resource_of``: gang name -> the resource it was converted from. Returns True
-    once every unit is back. Safe to call repeatedly (the reconciler does).
+    ``jobs``: node -> (taken, returned, left, resource_of) where ``taken`` is
+    what the gang converted per resource, ``returned`` what was given back so
+    far, ``left`` the gang names still present -> their amount and
+    ``resource_of`` gang name -> the resource it was converted from. Updates
+    ``returned``/``left`` in place; returns the nodes where members still hold
+    units. Safe to call repeatedly (the reconciler does, until it returns []).
     """
-    try:
-        with _res._cluster_lock("convert"):
-            reply = _res._resize_raw({node: {name: 0 for name in left}})[node]
+    alive = set(_res.get_cluster_state())
+    jobs = {n: j for n, j in jobs.items() if n in alive}  # dead node: nothing to give back
+    if not jobs:
+        return []
+    with _res._cluster_lock("convert"):
+        replies = _res._resize_raw({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
+        gives = {}
+        unfinished = []
+        for node, (taken, returned, left, resource_of) in jobs.items():
+            reply = replies[node]
             still = {name: reply.get(name, 0.0) for name in left if reply.get(name, 0.0) > 0}
             give = {}
             for r, amount in taken.items():
-                # Units of r still held by running members.
                 held = sum(v for name, v in still.items() if resource_of.get(name) == r)
                 due = amount - held - returned[r]
                 if due > 1e-9:
                     give[r] = reply.get(r, 0.0) + due
                     returned[r] += due
             if give:
-                _res._resize_raw({node: give})
+                gives[node] = give
             left.clear()
             left.update(still)
-            return not still
-    except ResourceError:
-        return True  # node gone: nothing to give back
+            if still:
+                unfinished.append(node)
+        if gives:
+            _res._resize_raw(gives)
+    return unfinished

@@ -141,8 +141,9 @@ class CoLocation(_Owned):
         Args:
             name: the group; every call with the same name co-locates.
             res_req: each member's own demand, e.g. ``{"CPU": 1}`` (default none).
-            node: put the group on this node (default: the node with most free
-                room for ``res_req``, CPU first).
+            node: put the group on this node (default: among nodes with room
+                for ``res_req``, one holding fewest of this object's groups,
+                then the one with most free CPU).
         """
         self._check_open()
         demand = _base.check_demand("res_req", res_req or {})
@@ -152,7 +153,11 @@ class CoLocation(_Owned):
                 if node is None:
                     state = _res.get_cluster_state()
                     candidates = [n for n in state if _base.fits(state, n, demand)] or list(state)
-                    node = max(candidates, key=lambda n: (_base.free(state, n, "CPU"), n))
+                    mine = list(self._nodes.values())
+                    node = max(
+                        candidates,
+                        key=lambda n: (-mine.count(n), _base.free(state, n, "CPU"), n),
+                    )
                 _res.set_resource(token, self._slots, node)
                 self._nodes[name] = node
         return _base.combine(_base.demand_to_options(demand), {"resources": {token: 1}})

@@ -1,0 +1,113 @@
+"""Fails loudly when Ray moves the private APIs ray_adaptive/_private/raylet.py uses.
+
+The first tests need no cluster (imports and protobuf descriptors only); the
+last ones call the two RPCs on the shared cluster and check the semantics the
+library builds on (create, resize, clamp to in-use, delete, GPU refused).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import ray
+
+from ray_adaptive._private import raylet
+from ray_adaptive.errors import ResourceError
+
+
+def test_ray_version_is_the_one_we_target():
+    assert ray.__version__.startswith("2.60"), (
+        f"ray-adaptive's private raylet client was written against Ray 2.60; this is "
+        f"Ray {ray.__version__}: run tests/test_raylet_rpc.py and port "
+        "ray_adaptive/_private/raylet.py if it fails"
+    )
+
+
+@pytest.mark.parametrize("module, attr", raylet._REQUIRED, ids=lambda v: str(v))
+def test_private_symbol_exists(module, attr):
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:  # pragma: no cover - only on a changed Ray
+        pytest.fail(f"Ray {ray.__version__} no longer has module {module} ({err})")
+    assert hasattr(mod, attr), f"Ray {ray.__version__}: {module}.{attr} is gone"
+
+
+def test_check_ray_compat_passes_on_this_ray():
+    raylet.check_ray_compat()
+
+
+def test_check_ray_compat_names_a_missing_rpc(monkeypatch):
+    """Simulate a Ray where the RPC moved: the error names it."""
+    monkeypatch.setattr(raylet, "_RPC_METHODS", ("ResizeLocalResourceInstances", "NoSuchRpc"))
+    with pytest.raises(ResourceError, match="NoSuchRpc"):
+        raylet.check_ray_compat()
+
+
+def test_check_ray_compat_names_a_missing_field(monkeypatch):
+    monkeypatch.setattr(
+        raylet,
+        "_REQUIRED_FIELDS",
+        (("ResizeLocalResourceInstancesRequest", "resource_map", "map<string,double>"),),
+    )
+    with pytest.raises(ResourceError, match="resource_map"):
+        raylet.check_ray_compat()
+
+
+def test_check_ray_compat_names_a_missing_module(monkeypatch):
+    monkeypatch.setattr(raylet, "_REQUIRED", (("ray.core.generated.no_such_pb2", "X"),))
+    with pytest.raises(ResourceError, match="no_such_pb2"):
+        raylet.check_ray_compat()
+
+
+def test_interceptor_still_adds_metadata_the_same_way():
+    from ray._private.authentication import grpc_authentication_client_interceptor as mod
+
+    interceptor = mod.SyncAuthenticationMetadataClientInterceptor()
+    assert callable(getattr(interceptor, "intercept_unary_unary", None)), (
+        "SyncAuthenticationMetadataClientInterceptor lost intercept_unary_unary"
+    )
+
+
+def test_node_table_fields(ray_cluster):
+    for n in ray.nodes():
+        for key in ("NodeID", "NodeManagerAddress", "NodeManagerPort", "Alive", "Resources"):
+            assert key in n, f"ray.nodes() entries lost {key!r}: {sorted(n)}"
+
+
+def test_resize_semantics_on_a_live_raylet(ray_cluster):
+    """The RPC still creates, resizes, clamps to in-use, deletes and refuses GPU."""
+    client = raylet.client()
+    node = ray_cluster.nodes[1]
+    assert client.resize(node, {"rpc_probe": 3})["rpc_probe"] == 3
+    totals, available = client.load([node])[node]
+    assert totals["rpc_probe"] == 3 and available["rpc_probe"] == 3
+
+    @ray.remote(num_cpus=1, resources={"rpc_probe": 2})
+    def hold():
+        import time
+
+        time.sleep(0.5)
+
+    ref = hold.remote()
+
+    def held():
+        return client.load([node])[node][1].get("rpc_probe", 0) == 1
+
+    import time
+
+    deadline = time.monotonic() + 20
+    while not held():
+        assert time.monotonic() < deadline, "task never took rpc_probe"
+        time.sleep(0.02)
+    # Shrinking below the 2 units in use is clamped to them.
+    assert client.resize(node, {"rpc_probe": 0})["rpc_probe"] == 2, (
+        "ResizeLocalResourceInstances no longer clamps to in-use: "
+        "ray_adaptive.resources' convergence logic must be revisited"
+    )
+    ray.get(ref)
+    # ...and does not catch up by itself after release: the total stays 2.
+    assert client.load([node])[node][0].get("rpc_probe") == 2
+    assert client.resize(node, {"rpc_probe": 0}).get("rpc_probe") is None
+    with pytest.raises(ResourceError, match="refused"):
+        client.resize(node, {"GPU": 1})
