@@ -6,20 +6,24 @@ resources (see :mod:`ray_adaptive.resources`) inside itself. Pass what they
 return to ``.options(**...)``; combine several with :func:`combine`; call
 ``close()`` (or use ``with``) to remove what they created.
 
-Example (slides: load-balanced pairs of co-located tasks)::
+Example (the slides' composition: load-balanced pairs of co-located tasks)::
 
     import ray, esl
 
     @ray.remote(num_cpus=1)
-    def task(i):
+    def leader(token):
+        return esl.CoLocation.join_here(token)   # this node becomes the pair's home
+
+    @ray.remote(num_cpus=1)
+    def follower():
         return ray.get_runtime_context().get_node_id()
 
     with esl.LoadBalance(num_tasks=4) as lb, esl.CoLocation() as colo:
         refs = []
         for i in range(4):
-            node = lb.node_for_next()                  # or let Ray pick with lb.options()
-            refs.append(task.options(**esl.combine(lb.options(), colo.group(f"pair{i}"))).remote(i))
-        print(ray.get(refs))
+            refs.append(leader.options(**lb.options()).remote(colo.token(f"pair{i}")))
+            refs.append(follower.options(**colo.follow(f"pair{i}", {"CPU": 1})).remote())
+        print(ray.get(refs))   # each follower on its leader's node, one pair per node
 """
 
 from esl._base import combine

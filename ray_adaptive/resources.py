@@ -52,7 +52,6 @@ Semantics, measured on Ray 2.60 (see tests/test_resources.py):
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union

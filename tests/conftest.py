@@ -102,7 +102,11 @@ def _ray_cluster_session():
 
     ray.shutdown()
     rc.cluster.shutdown()
-    shutil.rmtree(rc.temp_dir, ignore_errors=True)
+    # RAY_ADAPTIVE_KEEP_TEST_LOGS=1 keeps the session's Ray logs (e.g. to grep for crashes).
+    if os.environ.get("RAY_ADAPTIVE_KEEP_TEST_LOGS") == "1":
+        print(f"\nRay logs kept in {rc.temp_dir}")
+    else:
+        shutil.rmtree(rc.temp_dir, ignore_errors=True)
 
 
 def assert_no_leaks(rc: RayCluster) -> None:

@@ -248,13 +248,15 @@ def test_priority_order_under_contention(ray_cluster):
     with esl.Priority(per_task={"CPU": 1}) as prio:
         blockers = [prio.submit(where, 0.8, priority=0) for _ in range(slots)]
         wait_for(lambda: prio.pending() == 0)
-        low = [prio.submit(where, 0.1, priority=0) for _ in range(4)]
-        high = [prio.submit(where, 0.1, priority=5) for _ in range(4)]
+        # A full cluster's worth of each, lows first: when the blockers end,
+        # every high-priority task goes before any low one.
+        low = [prio.submit(where, 0.2, priority=0) for _ in range(slots)]
+        high = [prio.submit(where, 0.2, priority=5) for _ in range(slots)]
         ray.get([f.result() for f in blockers])
         low_starts = [s for _, s in ray.get([f.result(timeout=30) for f in low])]
         high_starts = [s for _, s in ray.get([f.result(timeout=30) for f in high])]
         order = [key for _, key, _ in prio.dispatch_log][slots:]
-    assert order == [5] * 4 + [0] * 4
+    assert order == [5] * slots + [0] * slots
     assert max(high_starts) <= min(low_starts)
 
 
