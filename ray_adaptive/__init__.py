@@ -24,7 +24,16 @@ __version__ = "0.1.0"
 
 # The ESCHER resource API imports Ray; load it only when asked for, so that
 # checking or replaying a policy does not pay for `import ray`.
-_RESOURCE_EXPORTS = ("set_resource", "get_cluster_state", "ResourceScope", "cleanup")
+_RESOURCE_EXPORTS = (
+    "set_resource",
+    "set_resources",
+    "get_cluster_state",
+    "created_resources",
+    "pending_resizes",
+    "wait_for_pending",
+    "ResourceScope",
+    "cleanup",
+)
 # The DSL front end is light, but keep the package import cheap all the same.
 _DSL_EXPORTS = ("load_policy", "parse_policy", "format_policy", "shipped_policies")
 
