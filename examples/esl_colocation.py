@@ -7,37 +7,14 @@ Three groups of tasks; each group runs on one node, chosen by the library
 ran, then removes every resource it created and shuts the cluster down.
 """
 
-import os
-import shutil
-import tempfile
 import time
 
 import ray
-from ray.cluster_utils import Cluster
 
 import esl
 from ray_adaptive import resources
+from ray_adaptive.local_cluster import start_local_cluster
 
-
-def start_cluster(num_nodes=4, cpus=2):
-    """A local multi-node Ray cluster in its own temp dir (metrics off: clean shutdown)."""
-    root = tempfile.mkdtemp(prefix="esl-example-", dir="/tmp")
-    os.makedirs(os.path.join(root, "ray"))
-    os.environ["RAY_TMPDIR"] = root
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args=dict(
-            num_cpus=cpus,
-            temp_dir=os.path.join(root, "ray"),
-            include_dashboard=False,
-            _system_config={"enable_metrics_collection": False},
-        ),
-    )
-    for _ in range(num_nodes - 1):
-        cluster.add_node(num_cpus=cpus, temp_dir=os.path.join(root, "ray"))
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    return cluster, root
 
 
 @ray.remote(num_cpus=1)
@@ -47,7 +24,7 @@ def work(group, i):
 
 
 def main():
-    cluster, root = start_cluster()
+    lc = start_local_cluster(num_nodes=4, num_cpus=2)
     try:
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         with esl.CoLocation() as colo:
@@ -63,10 +40,7 @@ def main():
                 print(f"group {group} lives on {colo.node_of(group)[:12]}")
         print("left behind:", resources.created_resources() or "nothing")
     finally:
-        resources.cleanup()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        lc.shutdown()
 
 
 if __name__ == "__main__":

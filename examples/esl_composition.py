@@ -8,37 +8,14 @@ and the follower, submitted at the same time, waits for that and runs there.
 No resource-to-policy bookkeeping in the application: the ESLs keep it.
 """
 
-import os
-import shutil
-import tempfile
 import time
 
 import ray
-from ray.cluster_utils import Cluster
 
 import esl
 from ray_adaptive import resources
+from ray_adaptive.local_cluster import start_local_cluster
 
-
-def start_cluster(num_nodes=4, cpus=2):
-    """A local multi-node Ray cluster in its own temp dir (metrics off: clean shutdown)."""
-    root = tempfile.mkdtemp(prefix="esl-example-", dir="/tmp")
-    os.makedirs(os.path.join(root, "ray"))
-    os.environ["RAY_TMPDIR"] = root
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args=dict(
-            num_cpus=cpus,
-            temp_dir=os.path.join(root, "ray"),
-            include_dashboard=False,
-            _system_config={"enable_metrics_collection": False},
-        ),
-    )
-    for _ in range(num_nodes - 1):
-        cluster.add_node(num_cpus=cpus, temp_dir=os.path.join(root, "ray"))
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    return cluster, root
 
 
 @ray.remote(num_cpus=1)
@@ -54,7 +31,7 @@ def follower(pair):
 
 
 def main():
-    cluster, root = start_cluster()
+    lc = start_local_cluster(num_nodes=4, num_cpus=2)
     pairs = 4
     try:
         with esl.LoadBalance(num_tasks=pairs) as lb, esl.CoLocation() as colo:
@@ -66,10 +43,7 @@ def main():
                 print(f"{who} ran on node {node[:12]}")
         print("left behind:", resources.created_resources() or "nothing")
     finally:
-        resources.cleanup()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        lc.shutdown()
 
 
 if __name__ == "__main__":

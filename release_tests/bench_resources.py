@@ -22,37 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
-import tempfile
 import time
 
-
-def start_cluster(num_nodes: int, cpus: int, report_ms: int):
-    import ray
-    from ray.cluster_utils import Cluster
-
-    root = tempfile.mkdtemp(prefix="ra-bench-", dir="/tmp")
-    os.makedirs(os.path.join(root, "ray"))
-    os.environ["RAY_TMPDIR"] = root
-    config = {"enable_metrics_collection": False}
-    if report_ms:
-        config["raylet_report_resources_period_milliseconds"] = report_ms
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args=dict(
-            num_cpus=cpus,
-            temp_dir=os.path.join(root, "ray"),
-            include_dashboard=False,
-            _system_config=config,
-        ),
-    )
-    for _ in range(num_nodes - 1):
-        cluster.add_node(num_cpus=cpus, temp_dir=os.path.join(root, "ray"))
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    return cluster, root
 
 
 def pct(values, q):
@@ -206,7 +178,10 @@ def main() -> None:
 
     from ray_adaptive import resources
 
-    cluster, root = start_cluster(num_nodes=4, cpus=2, report_ms=args.report_ms)
+    from ray_adaptive.local_cluster import start_local_cluster
+
+    config = {"raylet_report_resources_period_milliseconds": args.report_ms} if args.report_ms else None
+    lc = start_local_cluster(num_nodes=4, num_cpus=2, system_config=config)
     try:
         figures = {
             "cluster": {"nodes": 4, "cpus_per_node": 2, "report_period_ms": args.report_ms or 100},
@@ -217,10 +192,7 @@ def main() -> None:
         leaks = resources.created_resources()
         figures["leaked_resources"] = leaks
     finally:
-        resources.cleanup()
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(root, ignore_errors=True)
+        lc.shutdown()
     text = json.dumps(figures, indent=2)
     print(text)
     if args.out:

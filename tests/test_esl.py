@@ -65,9 +65,9 @@ def cpu_totals():
 def test_colocation_groups_share_a_node(ray_cluster):
     with esl.CoLocation() as colo:
         a = [where.options(**colo.group("a", res_req={"CPU": 1})).remote(0.2) for _ in range(3)]
-        b = [where.options(**colo.group("b", res_req={"CPU": 1}, node=ray_cluster.nodes[3])).remote() for _ in range(2)]
+        b = [where.options(**colo.group("b", res_req={"CPU": 1}, node=ray_cluster.node_ids[3])).remote() for _ in range(2)]
         assert len(set(nodes_of(a))) == 1
-        assert set(nodes_of(b)) == {ray_cluster.nodes[3]}
+        assert set(nodes_of(b)) == {ray_cluster.node_ids[3]}
         assert colo.node_of("a") == nodes_of(a)[0]
 
 
@@ -128,7 +128,7 @@ def test_gang_spread_members_submitted_first(ray_cluster):
         assert len(set(gang.nodes)) == NUM_NODES
         assert sorted(ray.get(refs)) == sorted(gang.nodes)
     assert resources.wait_for_pending(10)
-    assert cpu_totals() == {n: ray_cluster.static[n]["CPU"] for n in ray_cluster.nodes}
+    assert cpu_totals() == {n: ray_cluster.static_resources[n]["CPU"] for n in ray_cluster.node_ids}
 
 
 def test_gang_of_actors_strict_pack(ray_cluster):
@@ -159,12 +159,12 @@ def test_gang_that_cannot_fit_starts_nothing_and_releases(ray_cluster):
 
 def test_gang_partial_reservation_is_rolled_back(ray_cluster):
     """A node that became busy after planning: the conversion is short, all nodes roll back."""
-    busy = ray_cluster.nodes[1]
+    busy = ray_cluster.node_ids[1]
     blocker = where.options(resources={"rack_1": 1}, scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(busy, soft=False)).remote(1.5)
     wait_for(lambda: get_cluster_state([busy])[busy]["CPU"]["available"] < CPUS_PER_NODE)
     before = cpu_totals()
     gang = esl.Gang([{"CPU": CPUS_PER_NODE}] * 2, strategy="STRICT_SPREAD", timeout_s=1.0)
-    assert gang._take([ray_cluster.nodes[0], busy]) is False
+    assert gang._take([ray_cluster.node_ids[0], busy]) is False
     assert cpu_totals() == before
     assert not any(n.startswith("esl_gang") for r in get_cluster_state().values() for n in r)
     ray.get(blocker)
@@ -191,7 +191,7 @@ def test_static_load_balance_within_one_of_even(ray_cluster, num_tasks):
         refs = [where.options(**lb.options()).remote(0.5) for _ in range(num_tasks)]
         counts = Counter(nodes_of(refs))
     assert sum(counts.values()) == num_tasks
-    spread = [counts.get(n, 0) for n in ray_cluster.nodes]
+    spread = [counts.get(n, 0) for n in ray_cluster.node_ids]
     assert max(spread) - min(spread) <= 1, spread
 
 
@@ -199,7 +199,7 @@ def test_dynamic_load_balance_within_one_of_even(ray_cluster):
     with esl.LoadBalance(dynamic=True) as lb:
         refs = [lb.submit(where, 0.3) for _ in range(2 * NUM_NODES - 1)]
         counts = Counter(nodes_of(refs))
-    spread = [counts.get(n, 0) for n in ray_cluster.nodes]
+    spread = [counts.get(n, 0) for n in ray_cluster.node_ids]
     assert max(spread) - min(spread) <= 1, spread
 
 
@@ -214,7 +214,7 @@ def test_bin_pack_fills_nodes_first(ray_cluster):
 
 
 def test_soft_constraint_prefers_then_falls_back(ray_cluster):
-    special = ray_cluster.nodes[-1]
+    special = ray_cluster.node_ids[-1]
     with esl.SoftConstraint(prefer={"special": 1}) as soft:
         assert nodes_of([where.options(**soft.options()).remote()]) == [special]
         blockers = [soft.submit(where, 1.0) for _ in range(CPUS_PER_NODE)]
@@ -232,7 +232,7 @@ def produce():
 
 
 def test_data_locality_follows_the_object(ray_cluster):
-    home = ray_cluster.nodes[2]
+    home = ray_cluster.node_ids[2]
     data = produce.options(scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(home, soft=False)).remote()
     ray.wait([data], fetch_local=False)
     with esl.DataLocality() as dl:

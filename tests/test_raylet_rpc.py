@@ -78,7 +78,7 @@ def test_node_table_fields(ray_cluster):
 def test_resize_semantics_on_a_live_raylet(ray_cluster):
     """The RPC still creates, resizes, clamps to in-use, deletes and refuses GPU."""
     client = raylet.client()
-    node = ray_cluster.nodes[1]
+    node = ray_cluster.node_ids[1]
     assert client.resize(node, {"rpc_probe": 3})["rpc_probe"] == 3
     totals, available = client.load([node])[node]
     assert totals["rpc_probe"] == 3 and available["rpc_probe"] == 3

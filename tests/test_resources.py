@@ -55,21 +55,21 @@ def test_set_on_own_node_and_tasks_run_there(ray_cluster):
 
 
 def test_set_on_named_remote_node(ray_cluster):
-    target = ray_cluster.nodes[2]
+    target = ray_cluster.node_ids[2]
     assert set_resource("t_remote", 1, target) == [target]
     assert ray.get(where.options(resources={"t_remote": 1}).remote()) == target
     set_resource("t_remote", 0, target)
 
 
 def test_node_spec_constraints(ray_cluster):
-    special = ray_cluster.nodes[-1]
+    special = ray_cluster.node_ids[-1]
     try:
         assert set_resource("t_spec", 1, {"special": 2}) == [special]
         everywhere = set_resource("t_all", 1, {})
-        assert sorted(everywhere) == sorted(ray_cluster.nodes)
+        assert sorted(everywhere) == sorted(ray_cluster.node_ids)
         racks = set_resource("t_rack", 1, {"rack_1": 1, "CPU": 2})
         assert sorted(racks) == sorted(
-            n for n in ray_cluster.nodes if ray_cluster.static[n].get("rack_1")
+            n for n in ray_cluster.node_ids if ray_cluster.static_resources[n].get("rack_1")
         )
         assert set_resource("t_none", 1, {"special": 99}) == []
         assert ray.get(where.options(resources={"t_spec": 1}).remote()) == special
@@ -81,7 +81,7 @@ def test_node_spec_constraints(ray_cluster):
 
 def test_set_from_inside_a_task_lands_on_the_task_node(ray_cluster):
     """The slides' co-location: task1 creates a resource where it runs, task2 follows."""
-    target = ray_cluster.nodes[1]
+    target = ray_cluster.node_ids[1]
     set_resource("t_pin", 1, target)
 
     @ray.remote(num_cpus=1, resources={"t_pin": 1})
@@ -136,7 +136,7 @@ def test_bad_node_spec(ray_cluster):
 
 def test_shrink_below_in_use_converges_after_release(ray_cluster):
     """Raylet clamps to in-use and never catches up; the library re-applies the target."""
-    node = ray_cluster.nodes[1]
+    node = ray_cluster.node_ids[1]
     set_resource("t_shrink", 2, node)
     refs = [where.options(resources={"t_shrink": 1}).remote(1.0) for _ in range(2)]
     wait_for(lambda: available(node, "t_shrink") == 0, message="both units in use")
@@ -157,7 +157,7 @@ def test_delete_in_use_then_gone_after_release(ray_cluster):
     released unit before the library re-applies the deletion: the raylet grants
     queued leases in the same step that releases the unit. See resources docs.)
     """
-    node = ray_cluster.nodes[2]
+    node = ray_cluster.node_ids[2]
     set_resource("t_del", 1, node)
     ref = where.options(resources={"t_del": 1}).remote(1.0)
     wait_for(lambda: available(node, "t_del") == 0 and total(node, "t_del") == 1)
@@ -177,7 +177,7 @@ def test_delete_in_use_then_gone_after_release(ray_cluster):
 
 
 def test_delete_while_tasks_wait_then_recreate(ray_cluster):
-    node = ray_cluster.nodes[3]
+    node = ray_cluster.node_ids[3]
     ref = where.options(resources={"t_later": 1}).remote()
     ready, _ = ray.wait([ref], timeout=0.3)
     assert not ready
@@ -187,7 +187,7 @@ def test_delete_while_tasks_wait_then_recreate(ray_cluster):
 
 
 def test_actor_holds_resource_until_killed(ray_cluster):
-    node = ray_cluster.nodes[1]
+    node = ray_cluster.node_ids[1]
     set_resource("t_actor", 1, node)
     actor = Holder.options(resources={"t_actor": 1}).remote()
     assert ray.get(actor.node.remote()) == node
@@ -199,7 +199,7 @@ def test_actor_holds_resource_until_killed(ray_cluster):
 
 
 def test_many_names_in_one_batch(ray_cluster):
-    node = ray_cluster.nodes[1]
+    node = ray_cluster.node_ids[1]
     names = {f"t_many_{i}": 1 for i in range(1200)}
     assert set_resources(names, node) == [node]
     state = get_cluster_state([node])[node]
@@ -234,7 +234,7 @@ def test_scope_removes_its_resources(ray_cluster):
     with ResourceScope() as scope:
         nodes = scope.set_resource("t_scope", 1, node_spec={})
         scope.set_resource("t_scope2", 3)
-        assert sorted(nodes) == sorted(ray_cluster.nodes)
+        assert sorted(nodes) == sorted(ray_cluster.node_ids)
         assert scope.owned[ray_cluster.head] == ["t_scope", "t_scope2"]
         assert ray.get(where.options(resources={"t_scope": 1}).remote()) in nodes
     state = get_cluster_state()
@@ -245,7 +245,7 @@ def test_scope_removes_its_resources(ray_cluster):
 
 def test_scope_as_owner_object_with_held_resource(ray_cluster):
     scope = ResourceScope()
-    node = ray_cluster.nodes[2]
+    node = ray_cluster.node_ids[2]
     scope.set_resource("t_owner", 1, node)
     ref = where.options(resources={"t_owner": 1}).remote(0.5)
     wait_for(lambda: available(node, "t_owner") == 0)
@@ -258,7 +258,7 @@ def test_scope_as_owner_object_with_held_resource(ray_cluster):
 
 def test_cleanup_removes_everything(ray_cluster):
     set_resource("t_c1", 1, {})
-    set_resource("t_c2", 2, ray_cluster.nodes[1])
+    set_resource("t_c2", 2, ray_cluster.node_ids[1])
     removed = cleanup()
     assert "t_c1" in removed[ray_cluster.head]
     assert not resources.created_resources()

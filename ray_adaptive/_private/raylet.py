@@ -377,6 +377,15 @@ def client() -> RayletClient:
         return _client
 
 
+def close_client() -> None:
+    """Close the process-wide client's channels (before the cluster goes away)."""
+    global _client, _client_key
+    with _client_lock:
+        if _client is not None:
+            _client.close()
+        _client = _client_key = None
+
+
 def _cluster_key() -> str:
     import ray
 
