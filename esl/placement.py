@@ -76,14 +76,30 @@ class _Routed(_Owned):
             state = _res.get_cluster_state(list(markers))
             return self._choose(state)
 
-    def options(self) -> Dict[str, object]:
-        """Options routing one task to the node this policy picks now."""
-        node = self.node_for_next()
+    def _fitting(self, state):
+        """``(node, used)`` for each node where one more task fits beside the ones this
+        policy already queued there (``used``: what those queued tasks will take)."""
+        load = self._load()
+        running = self._markers.in_use(state)
+        for node in self._markers.names:
+            if node not in state:
+                continue
+            queued = max(0, load.get(node, 0) - running.get(node, 0))
+            used = {k: v * queued for k, v in self._demand.items()}
+            if _base.fits(state, node, self._demand, used):
+                yield node, used
+
+    def _route(self, node: Optional[str]) -> Dict[str, object]:
+        """Options sending one task to ``node`` (the fallback when None)."""
         if node is None:
             return self._fallback()
         return _base.combine(
             _base.demand_to_options(self._demand), {"resources": {self._markers.name(node): 1}}
         )
+
+    def options(self) -> Dict[str, object]:
+        """Options routing one task to the node this policy picks now."""
+        return self._route(self.node_for_next())
 
     def _fallback(self) -> Dict[str, object]:
         return _base.demand_to_options(self._demand)
@@ -92,10 +108,7 @@ class _Routed(_Owned):
         """Launch ``remote`` with :meth:`options` and track it as load on its node."""
         with self._lock:
             node = self.node_for_next()
-            opts = self._fallback() if node is None else _base.combine(
-                _base.demand_to_options(self._demand), {"resources": {self._markers.name(node): 1}}
-            )
-            ref = remote.options(**opts).remote(*args, **kwargs)
+            ref = remote.options(**self._route(node)).remote(*args, **kwargs)
             self._outstanding.setdefault(node, []).append(ref)
             return ref
 
@@ -364,20 +377,12 @@ class BinPack(_Routed):
         super().__init__(per_task, node_spec)
 
     def _choose(self, state):
-        load = self._load()
-        running = self._markers.in_use(state)
-        best = None
-        for node in self._markers.names:
-            if node not in state:
-                continue
-            queued = max(0, load.get(node, 0) - running.get(node, 0))
-            used = {k: v * queued for k, v in self._demand.items()}
-            if not _base.fits(state, node, self._demand, used):
-                continue
-            room = sum(_base.free(state, node, k) - used.get(k, 0) for k in self._demand)
-            if best is None or (room, node) < best[0]:
-                best = ((room, node), node)
-        return None if best is None else best[1]
+        # the fullest node that still fits: least room left over the demanded resources
+        room = {
+            n: sum(_base.free(state, n, k) - used.get(k, 0) for k in self._demand)
+            for n, used in self._fitting(state)
+        }
+        return min(room, key=lambda n: (room[n], n), default=None)
 
     def _fallback(self):
         # Nothing fits now: queue on the fullest node (still packing).
@@ -419,19 +424,9 @@ class SoftConstraint(_Routed):
             time.sleep(0.01)
 
     def _choose(self, state):
-        load = self._load()
-        running = self._markers.in_use(state)
-        best = None
-        for node in self._markers.names:
-            if node not in state:
-                continue
-            queued = max(0, load.get(node, 0) - running.get(node, 0))
-            used = {k: v * queued for k, v in self._demand.items()}
-            if _base.fits(state, node, self._demand, used):
-                room = _base.free(state, node, "CPU") - used.get("CPU", 0)
-                if best is None or room > best[0]:
-                    best = (room, node)
-        return None if best is None else best[1]
+        # the preferred node with most free CPU left (ties: the first in node order)
+        room = {n: _base.free(state, n, "CPU") - used.get("CPU", 0) for n, used in self._fitting(state)}
+        return max(room, key=room.get, default=None)
 
 
 class DataLocality(_Owned):
