@@ -58,6 +58,31 @@ class Type:
     def elem(self) -> "Type":
         return self.args[0]
 
+    def accepts(self, value: object) -> bool:
+        """Whether a Python (JSON-like) value can stand for this type: numbers for
+        ``float`` (not bools), ``int`` (not bools), lists for vecs, dicts with
+        string keys for maps.
+
+        Example:
+            >>> vec(FLOAT).accepts([1, 2.5]), INT.accepts(True), STRING.accepts("a")
+            (True, False, True)
+        """
+        k = self.kind
+        if k == "string":
+            return isinstance(value, str)
+        if k == "bool":
+            return isinstance(value, bool)
+        if k == "int":
+            return isinstance(value, int) and not isinstance(value, bool)
+        if k == "float":
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if k == "vec":
+            return isinstance(value, (list, tuple)) and all(self.elem.accepts(x) for x in value)
+        if k == "map":
+            key_ok = STRING.accepts if self.args[0].kind == "string" else INT.accepts
+            return isinstance(value, dict) and all(key_ok(a) and self.args[1].accepts(b) for a, b in value.items())
+        return False
+
 
 INT = Type("int")
 FLOAT = Type("float")
