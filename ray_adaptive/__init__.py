@@ -34,6 +34,8 @@ _RESOURCE_EXPORTS = (
     "ResourceScope",
     "cleanup",
 )
+# The runtime API (Ray-facing): start a policy, decorate tasks, shut down.
+_API_EXPORTS = ("start", "shutdown", "policy")
 # The DSL front end is light, but keep the package import cheap all the same.
 _DSL_EXPORTS = ("load_policy", "parse_policy", "format_policy", "shipped_policies")
 
@@ -45,6 +47,7 @@ __all__ = [
     "ResourceError",
     *_DSL_EXPORTS,
     *_RESOURCE_EXPORTS,
+    *_API_EXPORTS,
 ]
 
 
@@ -53,6 +56,10 @@ def __getattr__(name: str):
         from ray_adaptive import resources
 
         return getattr(resources, name)
+    if name in _API_EXPORTS:
+        from ray_adaptive import api
+
+        return getattr(api, name)
     if name in _DSL_EXPORTS:
         from ray_adaptive import dsl
 

@@ -1,0 +1,56 @@
+"""Binding decisions to nodes through ephemeral per-node slot resources.
+
+Each node gets one resource ``ra-<policy>-slot-<index>`` for the lifetime of a
+policy's runtime. A decision (task, node) is realised by submitting the task
+with ``{slot: 1}``: Ray's own resource matching then places it on that node.
+The slot exists before any task asks for it, so every task to a node has the
+same resource shape: Ray's owner reuses worker leases across them, which is
+why this binding costs ~5% against plain Ray where creating a resource per
+task costs ~94% (DESIGN.md, "Binding decisions").
+
+The slot's capacity is the node's ``executors + queue`` of the cluster model:
+the router never has more than that outstanding on a node, so the capacity
+never binds in normal operation and only guards against accounting bugs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional
+
+from ray_adaptive import resources
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    node_id: str
+    index: int
+    resource: str
+    capacity: int
+
+
+class SlotBinding:
+    """Creates, names and removes the per-node slot resources of one policy runtime."""
+
+    def __init__(self, policy_name: str, capacities: Mapping[str, int]):
+        """``capacities``: node id -> slot capacity (executors + queue), in node order."""
+        tag = _SAFE.sub("_", policy_name)
+        self.slots: Dict[str, NodeSlot] = {
+            node: NodeSlot(node, i, f"ra-{tag}-slot-{i}", int(cap)) for i, (node, cap) in enumerate(capacities.items())
+        }
+        self._scope = resources.ResourceScope()
+        for slot in self.slots.values():
+            self._scope.set_resource(slot.resource, slot.capacity, node_spec=slot.node_id)
+
+    def options_for(self, node_id: str, user_resources: Optional[Mapping[str, float]] = None) -> dict:
+        """``resources=`` for a task bound to ``node_id`` (the user's own resources kept)."""
+        merged = dict(user_resources or {})
+        merged[self.slots[node_id].resource] = 1
+        return {"resources": merged}
+
+    def close(self) -> None:
+        """Remove every slot resource (idempotent)."""
+        self._scope.close()

@@ -1,0 +1,202 @@
+"""The caller-side router: policy decisions made in the submitting process.
+
+Like Ray Serve's router, the decision runs where the task is submitted, on
+the policy's State, so no actor sits in the launch path: ``submit`` puts the
+task in the pending queue, and the router dispatches (pending task, candidate
+node) pairs by the policy's Score -- the same :class:`Interpreter` and tie
+rules as the ideal scheduler -- submitting each chosen task itself with its
+node's slot resource. The caller owns every result, as with plain Ray.
+
+The cluster model is the one of :mod:`ray_adaptive.sim.model`: a node is a
+candidate while its outstanding tasks (queued + running, counted from this
+router's dispatches and their completions) are below ``executors + queue``.
+A completion (``ObjectRef.future()`` callback) frees the slot, runs
+``OnFinish`` and wakes the dispatcher thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from ray_adaptive.dsl.interp import Interpreter, argmin_pair
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.runtime.binding import SlotBinding
+
+
+@dataclass
+class _Node:
+    """A node as the policy sees it (the interpreter's NodeView)."""
+
+    id: str
+    index: int
+    executors: int
+    queue: int
+    resources: dict
+    fields: dict = field(default_factory=dict)
+    load: int = 0  # outstanding tasks this router sent here
+
+    @property
+    def available(self) -> dict:
+        return self.resources
+
+    @property
+    def has_room(self) -> bool:
+        return self.load < self.executors + self.queue
+
+
+@dataclass
+class _Task:
+    """A submitted task waiting for, or past, its decision (the interpreter's TaskView)."""
+
+    id: str
+    arrival: float
+    fields: dict
+    launch: Callable[[str], Any]  # node id -> ObjectRef of the task submitted there
+    future: Future = field(default_factory=Future)
+    node: Optional[_Node] = None
+
+
+@dataclass
+class RouterStats:
+    submitted: int = 0
+    dispatched: int = 0
+    finished: int = 0
+    decision_s: List[float] = field(default_factory=list)  # per decision, seconds
+
+
+class Router:
+    """Pending queue + policy + binding for one policy in one process."""
+
+    def __init__(self, policy: Policy, nodes: List[_Node], binding: SlotBinding, record_latency: bool = True):
+        self.policy = policy
+        self.nodes = nodes
+        self.binding = binding
+        self.interp = Interpreter(policy, num_nodes=len(nodes))
+        self.stats = RouterStats()
+        self._record = record_latency
+        self._pending: List[_Task] = []
+        self._keys: List[tuple] = []
+        self._ids = itertools.count()
+        self._t0 = time.monotonic()
+        self._cond = threading.Condition()
+        # completions arrive on Ray's callback thread, which must never wait for our
+        # lock (the submitting thread holds it while calling .remote()): they are
+        # handed to the dispatcher thread through this lock-free queue
+        self._done: "queue.SimpleQueue[_Task]" = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    # ---------------------------------------------------------------- submit
+    def submit(self, fields: dict, launch: Callable[[str], Any]) -> Future:
+        """Queue a task; the Future resolves to its ObjectRef once it is dispatched."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
+            task = _Task(f"t{next(self._ids):09d}", self.now(), fields, launch)
+            key = (task.arrival, task.id)
+            i = bisect.bisect_right(self._keys, key)
+            self._keys.insert(i, key)
+            self._pending.insert(i, task)
+            self.stats.submitted += 1
+            self.interp.run_hook("OnArrival", task, None, task.arrival)
+            chosen = self._decide()  # the fast path: decide in the caller's thread
+        self._launch(chosen)
+        return task.future
+
+    # -------------------------------------------------------------- decisions
+    def _decide(self) -> List[_Task]:
+        """Bind (pending task, candidate node) pairs while a feasible one exists. Holds the lock."""
+        chosen = []
+        while self._pending:
+            candidates = [n for n in self.nodes if n.has_room]
+            if not candidates:
+                break
+            start = time.perf_counter()
+            now = self.now()
+            pick = argmin_pair(self.interp.score_matrix(self._pending, candidates, now))
+            if pick is None:
+                break
+            i, j = pick
+            task, node = self._pending[i], candidates[j]
+            del self._pending[i], self._keys[i]
+            node.load += 1
+            task.node = node
+            self.interp.run_hook("OnDispatch", task, node, now)
+            if self._record:
+                self.stats.decision_s.append(time.perf_counter() - start)
+            chosen.append(task)
+        return chosen
+
+    def _launch(self, tasks: List[_Task]) -> None:
+        """Submit decided tasks to Ray -- outside the lock, so that deciding and
+        submitting overlap between the caller's thread and the dispatcher."""
+        for task in tasks:
+            try:
+                ref = task.launch(task.node.id)
+            except BaseException as err:  # a bad argument or option: the caller gets the error
+                self._done.put(task)
+                task.future.set_exception(err)
+                continue
+            with self._cond:
+                self.stats.dispatched += 1
+            task.future.set_result(ref)
+            ref.future().add_done_callback(lambda _f, t=task: self._done.put(t))
+
+    def _run(self) -> None:
+        """The dispatcher thread: apply completions, then dispatch what they made room for."""
+        while True:
+            try:
+                finished = [self._done.get(timeout=0.05)]
+            except queue.Empty:
+                finished = []
+            while True:
+                try:
+                    finished.append(self._done.get_nowait())
+                except queue.Empty:
+                    break
+            with self._cond:
+                now = self.now()
+                for task in finished:
+                    task.node.load -= 1
+                    self.stats.finished += 1
+                    self.interp.run_hook("OnFinish", task, task.node, now)
+                if self._closed:
+                    if not any(n.load for n in self.nodes):
+                        return
+                    continue
+                chosen = self._decide()
+            self._launch(chosen)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def outstanding(self) -> Dict[str, int]:
+        with self._cond:
+            return {n.id: n.load for n in self.nodes}
+
+    def close(self, timeout: float = 60.0) -> List[Future]:
+        """Stop dispatching, cancel what is still pending (returning those futures),
+        and wait up to ``timeout`` seconds for dispatched tasks to finish."""
+        with self._cond:
+            self._closed = True
+            left = [t.future for t in self._pending]
+            for f in left:
+                f.cancel()
+            self._pending.clear()
+            self._keys.clear()
+        self._thread.join(timeout=timeout)
+        return left

@@ -1,0 +1,129 @@
+"""The caller-side runtime on a real 4-node cluster: placement, exactly-once, fairness, errors."""
+
+import collections
+import time
+
+import pytest
+import ray
+
+import ray_adaptive as ra
+from ray_adaptive import resources
+
+VEC = [0.1, 0.2, 0.1]
+
+
+@ray.remote(num_cpus=1)
+def where(x, sleep=0.0):
+    start = time.time()
+    time.sleep(sleep)
+    return x, ray.get_runtime_context().get_node_id(), start
+
+
+@pytest.fixture
+def running(ray_cluster):
+    """Start policies through this; everything is shut down after the test."""
+    yield ra.start
+    ra.shutdown()
+    assert resources.created_resources() == {}
+
+
+def test_least_loaded_spreads_evenly_and_results_are_exact(running, ray_cluster):
+    running("least_loaded", queue=0)  # 2 CPUs per node: 2 executors each
+    fn = ra.policy("least_loaded")(where)
+    refs = [fn.remote(i, 0.5) for i in range(8)]
+    out = ray.get(refs)
+    assert [x for x, _, _ in out] == list(range(8))
+    per_node = collections.Counter(node for _, node, _ in out)
+    assert sorted(per_node.values()) == [2, 2, 2, 2] and set(per_node) == set(ray_cluster.node_ids)
+
+
+def test_every_task_runs_exactly_once(running):
+    rt = running("round_robin", queue=2)
+    fn = ra.policy("round_robin")(where)
+    futures = [fn.submit(i) for i in range(200)]  # a backlog far larger than the 16 slots
+    out = ray.get([f.result(timeout=60) for f in futures])
+    assert sorted(x for x, _, _ in out) == list(range(200))
+    deadline = time.monotonic() + 10
+    while rt.stats()["finished"] < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = rt.stats()
+    assert (s["submitted"], s["dispatched"], s["finished"], s["pending"]) == (200, 200, 200, 0)
+
+
+def test_drf_lb_gives_backlogged_tenants_equal_service(running):
+    running("drf_lb", executors=1, queue=0)  # 4 tasks at a time
+    fn = ra.policy("drf_lb")(where)
+    futures = []
+    for i in range(48):  # greedy submits 3x the others, and first
+        tenant = "greedy" if i < 24 else ("a" if i % 2 else "b")
+        futures.append((tenant, fn.options(task={"tenant": tenant, "resource_vec": VEC}).submit(i, 0.05)))
+    out = [(tenant, ray.get(f.result(timeout=60))) for tenant, f in futures]
+    first = sorted(out, key=lambda o: o[1][2])[:36]  # the first 36 to start: a and b still backlogged
+    served = collections.Counter(tenant for tenant, _ in first)
+    assert max(served.values()) - min(served.values()) <= 3, served  # FIFO would be 24 greedy, 12 others
+
+
+def test_zone_affinity_places_only_on_matching_nodes(running, ray_cluster):
+    zones = {n: ("a" if i < 2 else "b") for i, n in enumerate(ray_cluster.node_ids)}
+    running("zone_affinity", node_fields={n: {"zone": z} for n, z in zones.items()})
+    fn = ra.policy("zone_affinity")(where)
+    out = ray.get([fn.options(task={"zone": "b"}).remote(i) for i in range(6)])
+    assert {zones[node] for _, node, _ in out} == {"b"}
+
+
+def test_object_refs_flow_like_plain_ray(running):
+    running("fifo")
+
+    @ra.policy("fifo")
+    @ray.remote(num_cpus=1)
+    def double(x):
+        return 2 * x
+
+    @ra.policy("fifo")
+    @ray.remote(num_cpus=1)
+    def fail():
+        raise ValueError("boom")
+
+    ref = double.remote(double.remote(5))  # an ObjectRef as an argument
+    assert isinstance(ref, ray.ObjectRef) and ray.get(ref) == 20
+    ready, _ = ray.wait([ref], timeout=10)
+    assert ready == [ref]
+    with pytest.raises(ValueError, match="boom"):
+        ray.get(fail.remote())
+
+
+def test_bad_task_fields_and_options_are_refused_at_remote(running):
+    running("drf_lb")
+    fn = ra.policy("drf_lb")(where)
+    with pytest.raises(TypeError, match="field 'resource_vec' \\(vec<float>\\) is missing"):
+        fn.options(task={"tenant": "a"}).remote(1)
+    with pytest.raises(TypeError, match="field 'tenant' must be string, got 3"):
+        fn.options(task={"tenant": 3, "resource_vec": VEC}).remote(1)
+    with pytest.raises(TypeError, match="unknown field 'colour'"):
+        fn.options(task={"tenant": "a", "resource_vec": VEC, "colour": "red"}).remote(1)
+    with pytest.raises(ValueError, match="'scheduling_strategy' conflicts with policy 'drf_lb'"):
+        fn.options(scheduling_strategy="SPREAD")
+    with pytest.raises(ValueError):
+        fn.options(num_cpus=-1)  # Ray's own validation, at .options()
+    with pytest.raises(RuntimeError, match="policy 'fifo' is not running"):
+        ra.policy("fifo")(where).remote(1)
+    with pytest.raises(TypeError, match="must decorate a @ray.remote function"):
+        ra.policy("drf_lb")(lambda: 1)
+    with pytest.raises(ValueError, match="already running"):
+        ra.start("drf_lb")
+    with pytest.raises(ValueError, match="plan 'hybrid' is not available"):
+        ra.start("fifo", plan="hybrid")
+
+
+def test_policies_run_side_by_side_and_shutdown_removes_their_slots(ray_cluster):
+    ra.start("fifo")
+    ra.start("least_loaded")
+    names = {name for per_node in resources.get_cluster_state().values() for name in per_node if name.startswith("ra-")}
+    assert {n.rsplit("-", 1)[0] for n in names} == {"ra-fifo-slot", "ra-least_loaded-slot"}
+    a = ra.policy("fifo")(where).remote(1)
+    b = ra.policy("least_loaded")(where).remote(2)
+    assert [x for x, _, _ in ray.get([a, b])] == [1, 2]
+    ra.shutdown()
+    assert resources.created_resources() == {}
+    state = resources.get_cluster_state()
+    assert not [name for per_node in state.values() for name in per_node if name.startswith("ra-")]
