@@ -207,7 +207,7 @@ class PolicyFunction:
 
     def remote(self, *args, **kwargs):
         """Submit and return the task's ``ray.ObjectRef`` once the policy has placed it."""
-        return self.submit(*args, **kwargs).result()
+        return runtime_of(self._policy).router.wait(self.submit(*args, **kwargs))
 
     def __call__(self, *args, **kwargs):
         raise TypeError("a policy-decorated remote function is called with .remote(...), as with Ray")

@@ -153,30 +153,42 @@ class Router:
             task.future.set_result(ref)
             ref.future().add_done_callback(lambda _f, t=task: self._done.put(t))
 
-    def _run(self) -> None:
-        """The dispatcher thread: apply completions, then dispatch what they made room for."""
+    def _apply_completions(self, block: float) -> bool:
+        """Take finished tasks off the queue (waiting up to ``block`` s for one), release
+        their slots, run OnFinish, and launch what that made room for. False if none came."""
+        try:
+            finished = [self._done.get(timeout=block)]
+        except queue.Empty:
+            return False
         while True:
             try:
-                finished = [self._done.get(timeout=0.05)]
+                finished.append(self._done.get_nowait())
             except queue.Empty:
-                finished = []
-            while True:
-                try:
-                    finished.append(self._done.get_nowait())
-                except queue.Empty:
-                    break
+                break
+        with self._cond:
+            now = self.now()
+            for task in finished:
+                task.node.load -= 1
+                self.stats.finished += 1
+                self.interp.run_hook("OnFinish", task, task.node, now)
+            chosen = [] if self._closed else self._decide()
+        self._launch(chosen)
+        return True
+
+    def wait(self, future: Future):
+        """The ObjectRef of a submitted task, once placed. A caller blocked here applies
+        completions itself: one thread hand-off per task instead of two."""
+        while not future.done():
+            self._apply_completions(block=0.005)
+        return future.result()
+
+    def _run(self) -> None:
+        """The dispatcher thread: completions while no caller is waiting in :meth:`wait`."""
+        while True:
+            self._apply_completions(block=0.05)
             with self._cond:
-                now = self.now()
-                for task in finished:
-                    task.node.load -= 1
-                    self.stats.finished += 1
-                    self.interp.run_hook("OnFinish", task, task.node, now)
-                if self._closed:
-                    if not any(n.load for n in self.nodes):
-                        return
-                    continue
-                chosen = self._decide()
-            self._launch(chosen)
+                if self._closed and not any(n.load for n in self.nodes):
+                    return
 
     # ------------------------------------------------------------------ state
     @property
