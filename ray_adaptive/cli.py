@@ -99,5 +99,50 @@ def demo(policy_name: str, every: float) -> None:
     run_demo(policy_name, every)
 
 
+@main.command(name="compile")
+@click.argument("policy")
+@click.option("--rate", type=float, default=None, help="Arrival rate (tasks/s); default: the trace's own rate.")
+@click.option("--nodes", type=int, default=12, show_default=True, help="Nodes in the cluster.")
+@click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
+@click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
+@click.option("--trace", "trace_path", default=None, help="Workload trace (.csv or .parquet) to replay.")
+@click.option("--window", type=int, default=400, show_default=True, help="Tasks of the trace to replay.")
+@click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
+@click.option("--headroom", type=float, default=0.1, show_default=True, help="Throughput margin over the rate.")
+@click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see README).")
+@click.option("--no-measure", is_flag=True, help="Use the profile's fixed unit compute instead of timing units.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan file (one JSON object) instead of the report.")
+@click.option("--out", default=None, help="Also write the plan file (JSON) here.")
+def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, limit, headroom, profile_path, no_measure,
+             seed, as_json, out) -> None:
+    """Compile POLICY: its execution units, every plan with its estimates, and the chosen plan."""
+    from ray_adaptive.compiler import Profile, compile_policy
+    from ray_adaptive.sim.trace import read_trace
+
+    p = _load_policy(policy)
+    if rate is None and trace_path is None:
+        _fail("error: give --rate R (tasks/s) or --trace FILE to compile against")
+    try:
+        profile = None
+        if profile_path:
+            try:
+                profile = Profile.from_dict(json.loads(Path(profile_path).read_text()))
+            except (OSError, json.JSONDecodeError, ValueError, TypeError) as err:
+                _fail(f"error: {profile_path}: not a valid profile: {err}")
+        tasks = read_trace(trace_path) if trace_path else None
+        result = compile_policy(p, rate=rate, trace=tasks, nodes=nodes, executors=executors, queue=queue,
+                                profile=profile, measure=not no_measure, window=window, headroom=headroom,
+                                limit=limit, seed=seed)
+    except RayAdaptiveError as err:
+        _fail(f"error: {err}")
+    except ValueError as err:
+        _fail(f"error: {err}")
+    plan_file = result.as_dict()
+    if out:
+        Path(out).write_text(json.dumps(plan_file, indent=2) + "\n")
+    click.echo(json.dumps(plan_file) if as_json else result.format())
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -54,7 +54,7 @@ from ray_adaptive.dsl.printer import format_expr
 
 __all__ = [
     "Access", "Unit", "StateUpdate", "StateVar", "Separability", "Analysis",
-    "analyze", "split_units", "classify_state", "separability",
+    "analyze", "split_units", "classify_state", "separability", "expr_reads",
 ]
 
 TASK, NODE, JOINT, NONE = "task", "node", "joint", "none"
@@ -221,6 +221,32 @@ class Analysis:
                 return v
         raise KeyError(name)
 
+    def delta_hooks(self) -> tuple[str, ...]:
+        """Hooks whose effect is a fixed delta per task: every State write is an ``add`` update
+        (``+=``/``-=``) and nothing but task fields and constant State is read (no node, no clock,
+        no branching on State). Running one is the same as adding a delta that depends only on the
+        task's fields -- what lets the simulator compute it once per kind of task."""
+        constant = {v.name for v in self.state if not v.dynamic}
+        out = []
+        for h in self.policy.hooks:
+            units = [u for u in self.hook_units if u.function == h.name]
+            updates = [x for x in self.updates if x.unit in {u.id for u in units}]
+            if not updates or any(x.merge != "add" for x in updates):
+                continue
+            ok = True
+            for u in units:
+                written = set(u.state_writes)
+                for a in u.reads:
+                    if a.kind in ("node", "probe", "clock", "cluster"):
+                        ok = False
+                    elif a.kind == "state" and a.name not in constant and not (a.name in written and isinstance(u.stmt, ir.Assign)):
+                        ok = False
+                if isinstance(u.stmt, ir.If):
+                    ok = False
+            if ok:
+                out.append(h.name)
+        return tuple(out)
+
     def score_state(self) -> tuple[StateVar, ...]:
         """State variables Score reads that hooks change: what replicas must keep in sync."""
         return tuple(v for v in self.state if v.readers and v.dynamic)
@@ -238,31 +264,10 @@ class Analysis:
 # ------------------------------------------------------------------ walking
 
 
-def _exprs(e: ir.Expr) -> Iterator[ir.Expr]:
-    """``e`` and every sub-expression, pre-order."""
-    yield e
-    if isinstance(e, ir.Index):
-        yield from _exprs(e.base)
-        yield from _exprs(e.key)
-    elif isinstance(e, ir.Unary):
-        yield from _exprs(e.operand)
-    elif isinstance(e, ir.Binary):
-        yield from _exprs(e.left)
-        yield from _exprs(e.right)
-    elif isinstance(e, (ir.Call, ir.VecLit)):
-        for a in (e.args if isinstance(e, ir.Call) else e.items):
-            yield from _exprs(a)
-    elif isinstance(e, ir.Cond):
-        for x in (e.test, e.then, e.orelse):
-            yield from _exprs(x)
-    elif isinstance(e, ir.MapLit):
-        for x in (*e.keys, *e.values):
-            yield from _exprs(x)
-
-
-def _expr_reads(e: ir.Expr) -> set[Access]:
+def expr_reads(e: ir.Expr) -> set[Access]:
+    """What an expression reads (see :class:`Access`)."""
     out: set[Access] = set()
-    for x in _exprs(e):
+    for x in ir.walk(e):
         if isinstance(x, ir.FieldRef):
             if x.obj == "node" and x.name in DYNAMIC_NODE_ATTRIBUTES:
                 out.add(Access("probe", x.name))
@@ -305,17 +310,17 @@ def _stmt_accesses(s: ir.Stmt) -> tuple[set[Access], set[Access]]:
     writes: set[Access] = set()
     for x in _stmts([s]):
         if isinstance(x, ir.Assign):
-            reads |= _expr_reads(x.value)
+            reads |= expr_reads(x.value)
             w = _target_access(x.target)
             writes.add(w)
             if isinstance(x.target, ir.Index):
-                reads |= _expr_reads(x.target.key)
+                reads |= expr_reads(x.target.key)
             if x.op is not None:
                 reads.add(w)  # x op= e reads x
         elif isinstance(x, ir.If):
-            reads |= _expr_reads(x.test)
+            reads |= expr_reads(x.test)
         elif isinstance(x, ir.Return):
-            reads |= _expr_reads(x.value)
+            reads |= expr_reads(x.value)
     return reads, writes
 
 
@@ -392,7 +397,7 @@ def _same_target(a: ir.Expr, b) -> bool:
 def _update(s: ir.Assign, unit: Unit) -> StateUpdate:
     var = _target_access(s.target).name
     text = _first_line(s)
-    value_reads_var = Access("state", var) in _expr_reads(s.value)
+    value_reads_var = Access("state", var) in expr_reads(s.value)
     if s.op in ("+", "-"):
         if value_reads_var:
             return StateUpdate(var, unit.id, text, None, f"the delta reads {var} itself, so it depends on the order of updates")
@@ -400,7 +405,7 @@ def _update(s: ir.Assign, unit: Unit) -> StateUpdate:
     if s.op is None and isinstance(s.value, ir.Call) and s.value.fn in ("max", "min") and len(s.value.args) == 2:
         a, b = s.value.args
         other = b if _same_target(a, s.target) else a if _same_target(b, s.target) else None
-        if other is not None and Access("state", var) not in _expr_reads(other):
+        if other is not None and Access("state", var) not in expr_reads(other):
             return StateUpdate(var, unit.id, text, s.value.fn,
                                f"{var} = {s.value.fn}({var}, e): replicas merge by taking the {s.value.fn}")
     if s.op is not None:
@@ -461,7 +466,7 @@ def _inline(e: ir.Expr, env: dict[str, ir.Expr]) -> ir.Expr:
 
 
 def _side(e: ir.Expr) -> str:
-    return _join(_direct_side(a, {}) for a in _expr_reads(e))
+    return _join(_direct_side(a, {}) for a in expr_reads(e))
 
 
 def _add_terms(e: ir.Expr, sign: int = 1) -> list[tuple[int, ir.Expr]]:

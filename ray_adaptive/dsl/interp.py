@@ -506,6 +506,24 @@ class Interpreter:
         """Score of one pair (the same computation as one cell of :meth:`score_matrix`)."""
         return float(self.score_matrix([task], [node], now)[0, 0])
 
+    def statements(self, stmts: Sequence[ir.Stmt]) -> Callable[..., dict]:
+        """A runner for some statements of Score or a hook, on their own (the compiler profiles units with it).
+
+        ``run(tasks, nodes, now=0.0, local_values=None)`` runs ``stmts`` over
+        ``tasks`` x ``nodes`` with the given locals (e.g. those earlier
+        statements assigned) and returns the locals afterwards. Statements
+        that assign State change this interpreter's State.
+        """
+        block = _Compiler(self.policy).block(stmts)
+
+        def run(tasks, nodes, now: float = 0.0, local_values: Optional[dict] = None) -> dict:
+            env = _Env(tasks, nodes, self.state, now, self.num_nodes, dict(local_values or {}))
+            with np.errstate(all="ignore"):
+                block(env, None)
+            return env.locals
+
+        return run
+
     def run_hook(self, name: str, task: TaskView, node: Optional[NodeView] = None, now: float = 0.0) -> None:
         """Run ``OnArrival`` / ``OnDispatch`` / ``OnFinish`` (a no-op if the policy has none)."""
         hook = self._hooks.get(name)

@@ -8,7 +8,7 @@ policy printed and parsed again compares equal to the original.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -293,3 +293,52 @@ class Policy:
     @property
     def limit(self) -> Optional[float]:
         return self.score.limit
+
+
+# ------------------------------------------------------------------ walking
+
+
+def walk(node: "Expr | Stmt") -> "Iterator[Expr]":
+    """Every expression inside ``node`` (an expression or a statement, nested ones included), pre-order."""
+    if isinstance(node, Assign):
+        yield from walk(node.target)
+        yield from walk(node.value)
+    elif isinstance(node, If):
+        yield from walk(node.test)
+        for s in (*node.body, *node.orelse):
+            yield from walk(s)
+    elif isinstance(node, Return):
+        yield from walk(node.value)
+    elif isinstance(node, Pass):
+        return
+    else:
+        yield node
+        if isinstance(node, Index):
+            yield from walk(node.base)
+            yield from walk(node.key)
+        elif isinstance(node, Unary):
+            yield from walk(node.operand)
+        elif isinstance(node, Binary):
+            yield from walk(node.left)
+            yield from walk(node.right)
+        elif isinstance(node, Call):
+            for a in node.args:
+                yield from walk(a)
+        elif isinstance(node, VecLit):
+            for a in node.items:
+                yield from walk(a)
+        elif isinstance(node, Cond):
+            for a in (node.test, node.then, node.orelse):
+                yield from walk(a)
+        elif isinstance(node, MapLit):
+            for a in (*node.keys, *node.values):
+                yield from walk(a)
+
+
+def task_attributes_read(fn: Function) -> tuple[str, ...]:
+    """Names of the task fields and attributes (``id``, ``arrival``) that ``fn`` reads, sorted.
+
+    Two tasks equal on these get the same Score against any node: a scheduler
+    may score one of them for both.
+    """
+    return tuple(sorted({e.name for s in fn.body for e in walk(s) if isinstance(e, FieldRef) and e.obj == "task"}))

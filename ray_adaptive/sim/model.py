@@ -10,7 +10,14 @@
 * Overload control: a task that has not *started* by ``arrival + timeout`` is
   dropped (from the pending queue or from its node's queue). A task that
   started always runs to completion; it counts toward goodput only if it
-  finished by ``arrival + timeout``.
+  finished by ``arrival + timeout``. That is :data:`DEADLINES` ``"start"``,
+  the default. ``"dispatch"``: a scheduler must *pick* the task by its
+  deadline (the hybrid's selector picking it counts); once picked it is
+  placed and runs (a node queue holds at most ``queue`` tasks,
+  so it starts soon after). Under sustained overload ``"start"`` wastes
+  work: a FIFO-within-tenant backlog is always nearly a timeout old, so most
+  placed tasks expire in node queues or finish late, and goodput collapses
+  for every scheduler; ``"dispatch"`` sheds load at the scheduler only.
 * Hooks: OnArrival when a task reaches the scheduler; OnDispatch when it is
   bound to a node; OnFinish when a dispatched task leaves its node, finished
   or dropped (so state such as DRF's allocation is always released).
@@ -27,6 +34,8 @@ DEFAULT_EXECUTORS = 1
 DEFAULT_QUEUE = 2
 DEFAULT_DURATION = 0.02  # seconds
 DEFAULT_TIMEOUT = math.inf  # never dropped
+#: What a task's deadline (arrival + timeout) bounds: its start, or its dispatch (see above).
+DEADLINES = ("start", "dispatch")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,9 @@ class TaskSpec:
     timeout: float = DEFAULT_TIMEOUT
     fields: dict = field(default_factory=dict)
     resources: dict = field(default_factory=dict)
+    # who submitted it (a client of a tenant, e.g. "greedy/2"); decentralized plans
+    # receive a task at its submitter's home scheduler. The ideal scheduler ignores it.
+    submitter: str = ""
 
     @property
     def deadline(self) -> float:

@@ -12,7 +12,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
 from ray_adaptive.sim.ideal import Decision, IdealScheduler
-from ray_adaptive.sim.model import Task
+from ray_adaptive.sim.model import DEADLINES, Task
 from ray_adaptive.sim.scenario import Scenario, check_fields
 
 
@@ -65,8 +65,12 @@ class Replay:
         scenario: Scenario,
         on_decision: Optional[Callable[[Decision], None]] = None,
         source: str = "<scenario>",
+        deadline: str = "start",
     ):
         check_fields(policy, scenario, source)
+        if deadline not in DEADLINES:
+            raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
+        self.deadline = deadline
         self.loop = EventLoop()
         self.cluster = Cluster(scenario.nodes, self.loop, self._on_leave)
         self.scheduler = IdealScheduler(policy, self.cluster)
@@ -107,7 +111,7 @@ class Replay:
         if task.status == "pending":
             self.scheduler.remove(task)
             task.status = "dropped"
-        elif task.status == "queued":
+        elif task.status == "queued" and self.deadline == "start":
             self.cluster.drop(task)
 
     def run(self, until: float = math.inf, every: Optional[float] = None,

@@ -9,7 +9,9 @@ Format (JSON)::
 
 Optional keys and their defaults: node ``executors`` 1, ``queue`` 2,
 ``resources`` {}, ``fields`` {}; task ``duration`` 0.02 s, ``timeout``
-unlimited (``null`` also means unlimited), ``resources`` {}, ``fields`` {}.
+unlimited (``null`` also means unlimited), ``resources`` {}, ``fields`` {},
+``submitter`` "" (the client that submitted it; decentralized plans receive a
+task at its submitter's scheduler -- the ideal scheduler ignores it).
 Every error names the entry (index and id) and the key.
 """
 
@@ -21,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ray_adaptive.dsl.ir import Policy, Type
+from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.sim import model
 from ray_adaptive.sim.model import NodeSpec, TaskSpec
 
 _NODE_KEYS = {"id", "executors", "queue", "resources", "fields"}
-_TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields"}
+_TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields", "submitter"}
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
         for key, v in (("arrival", arrival), ("duration", duration), ("timeout", timeout)):
             if v < 0 or math.isnan(v):
                 r.fail(where, f"'{key}' must be >= 0, found {v}")
-        tasks.append(TaskSpec(tid, arrival, duration, timeout, r.get(e, "fields", where, "object", {}), r.resources(e, where)))
+        tasks.append(TaskSpec(tid, arrival, duration, timeout, r.get(e, "fields", where, "object", {}), r.resources(e, where),
+                              r.get(e, "submitter", where, "string", "")))
     return Scenario(tuple(nodes), tuple(tasks))
 
 
@@ -143,24 +146,6 @@ def load_scenario(path: "str | Path") -> Scenario:
     return scenario_from_dict(data, str(path))
 
 
-def _fits_type(v: Any, t: Type) -> bool:
-    k = t.kind
-    if k == "string":
-        return isinstance(v, str)
-    if k == "bool":
-        return isinstance(v, bool)
-    if k == "int":
-        return isinstance(v, int) and not isinstance(v, bool)
-    if k == "float":
-        return _is_number(v)
-    if k == "vec":
-        return isinstance(v, list) and all(_fits_type(x, t.elem) or (t.elem.kind == "float" and _is_number(x)) for x in v)
-    if k == "map":
-        key_ok = (lambda x: isinstance(x, str)) if t.args[0].kind == "string" else (lambda x: isinstance(x, str) and x.lstrip("-").isdigit())
-        return isinstance(v, dict) and all(key_ok(a) and _fits_type(b, t.args[1]) for a, b in v.items())
-    return False
-
-
 def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>") -> None:
     """Check that every task/node carries exactly the fields the policy declares, well typed."""
     for kind, decls, entries in (("tasks", policy.task_fields, scenario.tasks), ("nodes", policy.node_fields, scenario.nodes)):
@@ -174,5 +159,5 @@ def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>")
             for name, t in declared.items():
                 if name not in entry.fields:
                     raise ScenarioError(f"{where}: missing field '{name}' ({t}) that policy {policy.name} needs")
-                if not _fits_type(entry.fields[name], t):
+                if not t.accepts(entry.fields[name]):
                     raise ScenarioError(f"{where}: field '{name}' must be {t}, found {json.dumps(entry.fields[name])}")

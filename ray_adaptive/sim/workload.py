@@ -1,8 +1,15 @@
-"""Synthetic workloads: multi-tenant Poisson arrivals as scenario dicts."""
+"""Synthetic workloads as scenario dicts.
+
+* :func:`multi_tenant` -- Poisson tenants with rates (the replay demo's workload);
+* :func:`tenant_workload` -- :class:`Tenant` specs: Poisson or bursty arrivals,
+  rate ratios, duration distributions, clients (submitters);
+* :func:`paper_workload` -- the HotNets'25 experiment at a given total rate.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -55,3 +62,183 @@ def multi_tenant(
         "nodes": [{"id": f"n{i}", "executors": executors, "queue": queue} for i in range(nodes)],
         "tasks": tasks,
     }
+
+
+# ------------------------------------------------------------ tenant workloads
+
+#: The paper's task: 12 single-executor nodes finish ~510 tasks/s, so a task takes 12 / 510 s.
+PAPER_DURATION = 12 / 510.0
+DURATIONS = ("fixed", "exponential", "lognormal")
+ARRIVALS = ("poisson", "bursty")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One tenant of a synthetic workload.
+
+    ``rate``: tasks/s. ``arrivals``: ``poisson``, or ``bursty`` (a Poisson
+    process of bursts, each of a geometric number of tasks with mean
+    ``burst`` arriving ~0.5 ms apart; same mean rate). ``duration``: mean
+    task duration (s), drawn per ``durations`` (``fixed``, ``exponential``,
+    or ``lognormal`` with shape ``sigma``). ``clients``: how many clients
+    submit its tasks (each task picks one at random); None: proportional to
+    the rate (see :func:`tenant_workload`). ``resource_vec``: the DRF
+    resource vector of its tasks.
+    """
+
+    name: str
+    rate: float
+    arrivals: str = "poisson"
+    burst: float = 8.0
+    duration: float = PAPER_DURATION
+    durations: str = "fixed"
+    sigma: float = 1.0
+    clients: Optional[int] = None
+    resource_vec: tuple = (0.1, 0.2, 0.1)
+
+    def __post_init__(self):
+        if not self.name or "/" in self.name:
+            raise ValueError(f"tenant name must be non-empty and without '/', found {self.name!r}")
+        if not (self.rate > 0):
+            raise ValueError(f"rate of tenant {self.name!r} must be > 0 tasks/s, found {self.rate}")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"arrivals of tenant {self.name!r} must be one of {', '.join(ARRIVALS)}, found {self.arrivals!r}")
+        if self.durations not in DURATIONS:
+            raise ValueError(f"durations of tenant {self.name!r} must be one of {', '.join(DURATIONS)}, found {self.durations!r}")
+        if not (self.duration > 0) or not (self.burst >= 1):
+            raise ValueError(f"tenant {self.name!r}: duration must be > 0 and burst >= 1")
+        if self.clients is not None and self.clients < 1:
+            raise ValueError(f"tenant {self.name!r}: clients must be >= 1, found {self.clients}")
+
+
+def _arrival_times(t: Tenant, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    if t.arrivals == "poisson":
+        n = rng.poisson(t.rate * seconds)
+        return np.sort(rng.uniform(0.0, seconds, n))
+    bursts = rng.poisson(t.rate / t.burst * seconds)
+    starts = rng.uniform(0.0, seconds, bursts)
+    sizes = rng.geometric(1.0 / t.burst, bursts)
+    out = [s + np.cumsum(rng.exponential(0.0005, k)) - 0.0005 for s, k in zip(starts, sizes)]
+    times = np.concatenate(out) if out else np.zeros(0)
+    return np.sort(times[times < seconds])
+
+
+def _durations(t: Tenant, n: int, rng: np.random.Generator) -> np.ndarray:
+    if t.durations == "fixed":
+        return np.full(n, t.duration)
+    if t.durations == "exponential":
+        return rng.exponential(t.duration, n)
+    mu = np.log(t.duration) - t.sigma ** 2 / 2  # mean = duration
+    return rng.lognormal(mu, t.sigma, n)
+
+
+def tenant_workload(
+    tenants: Sequence[Tenant],
+    seconds: float,
+    nodes: int = 12,
+    executors: int = 1,
+    queue: int = 2,
+    timeout: Optional[float] = 1.0,
+    client_rate: Optional[float] = None,
+    seed: int = 0,
+) -> dict:
+    """A scenario dict of ``tenants`` submitting for ``seconds`` to ``nodes`` nodes.
+
+    Each task records its ``submitter`` ("tenant/client"). A tenant without a
+    fixed ``clients`` count runs ``max(1, round(rate / client_rate))``
+    clients, ``client_rate`` defaulting to the smallest tenant rate: a tenant
+    sending 3x the others runs 3x the clients, as when more front-ends send
+    more traffic. (Under a decentralized plan each client submits to its own
+    home scheduler, which is what lets a heavy tenant crowd out light ones.)
+    Task fields are ``tenant`` and ``resource_vec``. Deterministic for a seed.
+
+    Example:
+        >>> sc = tenant_workload([Tenant("a", 10), Tenant("g", 30)], seconds=2.0, nodes=2, seed=1)
+        >>> sorted({t["submitter"] for t in sc["tasks"]})
+        ['a/0', 'g/0', 'g/1', 'g/2']
+    """
+    if not tenants:
+        raise ValueError("a workload needs at least one tenant")
+    if len({t.name for t in tenants}) != len(tenants):
+        raise ValueError(f"tenant names must be unique, found {[t.name for t in tenants]}")
+    if not (seconds > 0) or nodes < 1:
+        raise ValueError(f"seconds must be > 0 and nodes >= 1, found {seconds} and {nodes}")
+    base = client_rate or min(t.rate for t in tenants)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for t in tenants:
+        times = _arrival_times(t, seconds, rng)
+        durations = _durations(t, len(times), rng)
+        n_clients = t.clients or max(1, int(round(t.rate / base)))
+        clients = rng.integers(0, n_clients, len(times))
+        rows += [(round(float(a), 6), t.name, float(d), int(c), t.resource_vec) for a, d, c in zip(times, durations, clients)]
+    rows.sort(key=lambda r: (r[0], r[1], r[3]))
+    tasks = [
+        {"id": f"t{i}", "arrival": a, "duration": round(d, 7), "timeout": timeout, "submitter": f"{name}/{c}",
+         "fields": {"tenant": name, "resource_vec": list(vec)}}
+        for i, (a, name, d, c, vec) in enumerate(rows)
+    ]
+    return {
+        "nodes": [{"id": f"n{i}", "executors": executors, "queue": queue} for i in range(nodes)],
+        "tasks": tasks,
+    }
+
+
+def paper_tenants(rate: float, greedy: float = 3.0, others: int = 2) -> list[Tenant]:
+    """The paper's mix at total ``rate``: ``others`` tenants at r and one "greedy" at ``greedy`` x r."""
+    r = rate / (others + greedy)
+    return [*(Tenant(chr(ord("a") + i), r) for i in range(others)), Tenant("greedy", greedy * r)]
+
+
+def paper_workload(rate: float, seconds: float, seed: int = 0, **kwargs) -> dict:
+    """The paper's experiment (Section 2): 3 tenants, one greedy at 3x each other, 12 single-executor nodes.
+
+    Tasks take 12 / 510 s (so the nodes' execution bound is ~510 tasks/s) and
+    are dropped when not started within 1 s.
+    """
+    return tenant_workload(paper_tenants(rate), seconds, seed=seed, **kwargs)
+
+
+# ---------------------------------------------------- any policy's workload
+
+def synthetic_value(t, name: str, rng: np.random.Generator, index: int):
+    """A value of DSL type ``t`` for a field named ``name`` (deterministic for the rng).
+
+    Strings cycle through three values (``f"{name}{i % 3}"``), so a task field
+    and a node field of the same name (zones) match one node in three.
+    """
+    k = t.kind
+    if k == "string":
+        return f"{name}{index % 3}"
+    if k == "int":
+        return int(rng.integers(0, 10))
+    if k == "float":
+        return round(float(rng.uniform(0.5, 2.0)), 4)
+    if k == "bool":
+        return bool(rng.random() < 0.5)
+    if k == "vec":
+        return [1.0, 1.0, 1.0] if t.elem.kind == "float" else [1, 1, 1]
+    return {}
+
+
+def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: int = 12, executors: int = 1,
+                    queue: int = 2, timeout: Optional[float] = 1.0, seed: int = 0) -> dict:
+    """:func:`tenant_workload` with the fields ``policy`` declares.
+
+    ``tenant`` (string) and ``resource_vec`` (vec<float>) come from the
+    tenants; any other Task or Node field gets :func:`synthetic_value`.
+    """
+    sc = tenant_workload(tenants, seconds, nodes, executors, queue, timeout, seed=seed)
+    rng = np.random.default_rng([seed, 7])
+    for i, task in enumerate(sc["tasks"]):
+        given = task["fields"]
+        fields = {}
+        for f in policy.task_fields:
+            if f.name in given and (f.name, f.type.kind) in (("tenant", "string"), ("resource_vec", "vec")):
+                fields[f.name] = given[f.name]
+            else:
+                fields[f.name] = synthetic_value(f.type, f.name, rng, i)
+        task["fields"] = fields
+    for i, node in enumerate(sc["nodes"]):
+        node["fields"] = {f.name: synthetic_value(f.type, f.name, rng, i) for f in policy.node_fields}
+    return sc

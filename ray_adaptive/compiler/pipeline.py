@@ -1,0 +1,244 @@
+"""The compiler end to end: IR -> units -> plans -> estimates -> choice.
+
+:func:`compile_policy` runs the four stages in order, each a pure function
+of the previous one's output (plus the workload and the profile):
+
+1. :func:`~ray_adaptive.compiler.units.analyze` -- units, State, separability;
+2. :func:`~ray_adaptive.compiler.plans.enumerate_plans` -- the plan space;
+3. :func:`~ray_adaptive.compiler.estimates.estimate_cost` and
+   :func:`~ray_adaptive.compiler.estimates.estimate_quality` -- latency,
+   throughput, competitive ratio;
+4. :func:`~ray_adaptive.compiler.choice.choose`.
+
+The workload is a trace (task specs: what the monitor recorded, or a file)
+or, without one, the paper's three tenants (one greedy at 3x) at ``rate``
+with the policy's other fields synthesised. Only the last ``window`` tasks
+are replayed; with ``rate`` given, their arrivals are scaled to that rate.
+
+Example:
+    >>> from ray_adaptive.dsl import load_policy
+    >>> c = compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False)
+    >>> c.choice.estimate.plan.architecture
+    'hybrid'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ray_adaptive.compiler.choice import Choice, choose
+from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
+from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
+from ray_adaptive.compiler.profile import Profile, measure_units
+from ray_adaptive.compiler.units import Analysis, analyze
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.errors import ScenarioError
+from ray_adaptive.sim.model import Node, NodeSpec, Task, TaskSpec
+from ray_adaptive.sim.scenario import Scenario, check_fields, scenario_from_dict
+from ray_adaptive.sim.workload import paper_tenants, policy_workload
+
+__all__ = ["Compilation", "compile_policy", "workload_window"]
+
+PLAN_FILE_VERSION = 1
+
+
+@dataclass
+class Compilation:
+    """Everything the compiler decided, and why: printable (:meth:`format`) and a plan file (:meth:`as_dict`)."""
+
+    analysis: Analysis
+    profile: Profile
+    rate: float
+    window: Scenario = field(repr=False)
+    capacity: float  # execution bound of the cluster, tasks/s
+    limit: Optional[float]
+    headroom: float
+    estimates: list[Estimate]
+    excluded: list[Excluded]
+    choice: Choice
+
+    @property
+    def nodes(self) -> int:
+        return len(self.window.nodes)
+
+    def estimate(self, name: str) -> Estimate:
+        for e in self.estimates:
+            if e.plan.name == name:
+                return e
+        raise KeyError(f"no plan named {name!r}; plans: {', '.join(e.plan.name for e in self.estimates)}")
+
+    def as_dict(self) -> dict:
+        """The JSON plan file: units, every plan with its estimates and verdict, the choice."""
+        n = self.nodes
+        plans = []
+        for e in self.estimates:
+            v = self.choice.verdicts[e.plan.name]
+            plans.append({
+                "name": e.plan.name, "architecture": e.plan.architecture,
+                "approximations": list(e.plan.approximations),
+                "latency_s": round(e.latency_s, 7), "throughput": round(e.throughput, 1),
+                "competitive_ratio": round(e.competitive_ratio, 4), "kept": v.kept, "why": v.why,
+            })
+        for x in self.excluded:
+            plans.append({"name": x.name, "architecture": x.architecture, "approximations": [],
+                          "latency_s": None, "throughput": None, "competitive_ratio": None, "kept": False,
+                          "why": f"not allowed by the IR: {x.why}"})
+        chosen = self.choice.estimate
+        choice = {
+            **chosen.plan.as_dict(nodes=n),
+            "latency_s": round(chosen.latency_s, 7), "throughput": round(chosen.throughput, 1),
+            "competitive_ratio": round(chosen.competitive_ratio, 4), "why": self.choice.why,
+            "steps": [s.as_dict() for s in chosen.steps],
+        }
+        a = self.analysis
+        return {
+            "version": PLAN_FILE_VERSION,
+            "policy": a.policy.name,
+            "limit": self.limit,
+            "rate": round(self.rate, 3),
+            "cluster": {"nodes": n, "executors": self.window.nodes[0].executors, "queue": self.window.nodes[0].queue,
+                        "capacity": round(self.capacity, 1)},
+            "units": [u.as_dict() for u in a.units],
+            "state": [v.as_dict() for v in a.state],
+            "separability": a.separability.as_dict(),
+            "plans": plans,
+            "choice": choice,
+            "profile": self.profile.as_dict(),
+        }
+
+    def format(self) -> str:
+        """A human-readable report: the units, the plan table, the choice."""
+        a, n = self.analysis, self.nodes
+        node0 = self.window.nodes[0]
+        lim = f"limit {self.limit:g}" if self.limit is not None else "no limit"
+        out = [f"policy {a.policy.name} ({lim}) on {n} nodes x {node0.executors} executor(s), queue {node0.queue}: "
+               f"execution bound {self.capacity:.0f} tasks/s; rate {self.rate:.0f} tasks/s; "
+               f"replayed {len(self.window.tasks)} tasks", "", "Units"]
+        width = max(len(u.text) for u in a.units)
+        for u in a.units:
+            extra = ", ".join(str(r) for r in u.reads if r.kind != "local") or "-"
+            cost = self.profile.unit_s.get(u.id)
+            us = f"{cost * 1e6:6.1f} us" if cost is not None else "   model"
+            out.append(f"  {u.id:<13} {u.text:<{width}}  {u.side:<5} {us}  reads {extra}")
+        sep = a.separability
+        parts = f": T = {sep.task_part}, N = {sep.node_part}" if sep.task_part else ""
+        out.append(f"  Score: {'separable (' + sep.form + ')' + parts if sep.separable else 'not separable: ' + sep.why}")
+        if sep.assumptions:
+            out.append(f"         assumes {', '.join(sep.assumptions)}")
+        for v in a.state:
+            out.append(f"  State {v.name}: {v.merge}{' (mergeable)' if v.dynamic and v.mergeable else ''} -- {v.why}")
+        out += ["", "Plans"]
+        name_w = max(len(e.plan.name) for e in self.estimates)
+        out.append(f"  {'plan':<{name_w}}  {'latency':>9}  {'throughput':>11}  {'CR':>6}  verdict")
+        for e in self.estimates:
+            v = self.choice.verdicts[e.plan.name]
+            chosen = e is self.choice.estimate
+            label = "CHOSEN" if chosen else ("kept" if v.kept else "dropped")
+            why = v.why.split("; chosen: ")[0] if chosen else v.why
+            out.append(f"{'*' if chosen else ' '} {e.plan.name:<{name_w}}  {e.latency_s * 1e3:6.2f} ms  {e.throughput:8.0f}/s  "
+                       f"{e.competitive_ratio:6.3f}  {label}: {why}")
+        for x in self.excluded:
+            out.append(f"  {x.name:<{name_w}}  {'-':>9}  {'-':>11}  {'-':>6}  not allowed: {x.why}")
+        c = self.choice.estimate
+        out += ["", f"Choice: {c.plan.name} ({c.plan.architecture}) -- {self.choice.why}"]
+        for s in c.steps:
+            out.append(f"  {s.role:<10} {s.what:<40} {s.seconds * 1e3:7.3f} ms")
+        return "\n".join(out)
+
+
+def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int) -> tuple[NodeSpec, ...]:
+    sc = policy_workload(policy, paper_tenants(10.0), 0.01, nodes=n, executors=executors, queue=queue, seed=seed)
+    return scenario_from_dict({"nodes": sc["nodes"], "tasks": []}).nodes
+
+
+def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: Optional[float], nodes: int = 12,
+                    executors: int = 1, queue: int = 2, window: int = 400, seed: int = 0) -> tuple[Scenario, float]:
+    """The scenario the compiler replays, and the arrival rate it offers.
+
+    The last ``window`` tasks of ``tasks`` (arrivals re-based to start at 0
+    and, with ``rate``, scaled to it), on ``nodes`` nodes. Without tasks, the
+    paper's three tenants at ``rate``.
+    """
+    if window < 10:
+        raise ValueError(f"window must be at least 10 tasks, found {window}")
+    if nodes < 1 or executors < 1 or queue < 0:
+        raise ValueError(f"need nodes >= 1, executors >= 1, queue >= 0; found {nodes}, {executors}, {queue}")
+    if tasks is None:
+        if rate is None or not rate > 0:
+            raise ValueError("give an arrival rate (tasks/s) or a trace to compile against")
+        sc = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
+                             executors=executors, queue=queue, seed=seed)
+        scenario = scenario_from_dict(sc)
+        chosen = scenario.tasks[-window:]
+    else:
+        if not tasks:
+            raise ScenarioError("the trace has no tasks")
+        chosen = sorted(tasks, key=lambda t: (t.arrival, t.id))[-window:]
+        scenario = Scenario(_nodes(policy, nodes, executors, queue, seed), ())
+    t0 = chosen[0].arrival
+    span = chosen[-1].arrival - t0
+    offered = (len(chosen) - 1) / span if span > 0 else float("inf")
+    scale = offered / rate if (rate and tasks is not None and math.isfinite(offered)) else 1.0
+    rebased = tuple(dataclasses.replace(t, arrival=round((t.arrival - t0) * scale, 9)) for t in chosen)
+    out = Scenario(scenario.nodes, rebased)
+    check_fields(policy, out, "trace")
+    return out, (rate if rate else offered)
+
+
+def _profile_batch(window: Scenario, policy: Policy):
+    from ray_adaptive.dsl.ir import task_attributes_read
+
+    attrs = task_attributes_read(policy.score)
+    seen, heads = set(), []
+    for spec in window.tasks:
+        key = repr([spec.fields.get(a) for a in attrs if a not in ("id", "arrival")])
+        if key not in seen:
+            seen.add(key)
+            heads.append(Task(spec))
+        if len(heads) >= 16:
+            break
+    return heads, [Node(s, i) for i, s in enumerate(window.nodes)]
+
+
+def compile_policy(
+    policy: Policy,
+    *,
+    rate: Optional[float] = None,
+    trace: Optional[Sequence[TaskSpec]] = None,
+    nodes: int = 12,
+    executors: int = 1,
+    queue: int = 2,
+    profile: Optional[Profile] = None,
+    measure: bool = True,
+    space: PlanSpace = PlanSpace(),
+    window: int = 400,
+    headroom: float = 0.1,
+    limit: Optional[float] = None,
+    seed: int = 0,
+) -> Compilation:
+    """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
+
+    ``profile``: the latency model (default :class:`Profile`); ``measure``:
+    time each unit on the interpreter (otherwise every unit costs
+    ``profile.default_unit_s``, which makes the result machine-independent).
+    ``limit`` overrides the policy's ``[limit=...]``.
+    """
+    analysis = analyze(policy)
+    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed)
+    profile = profile or Profile()
+    if measure:
+        profile = profile.with_units(measure_units(analysis, *_profile_batch(scenario, policy)))
+    durations = np.array([t.duration for t in scenario.tasks])
+    capacity = sum(n.executors for n in scenario.nodes) / float(durations.mean())
+    plans, excluded = enumerate_plans(analysis, len(scenario.nodes), space)
+    estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes), effective_parallelism(p, scenario, len(scenario.nodes)))
+                 for p in plans]
+    limit = policy.limit if limit is None else limit
+    estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, prefill=offered >= capacity, limit=limit)
+    choice = choose(estimates, offered, limit, headroom)
+    return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice)

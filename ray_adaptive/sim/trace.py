@@ -1,0 +1,183 @@
+"""Trace files: tasks in (a workload to replay or compile on) and out (what a run did with them).
+
+A trace is a table, one row per task, as CSV or Parquet (by the file's
+extension, ``.csv`` or ``.parquet``/``.pq``; Parquet needs ``pyarrow``):
+
+==================  =======================================================
+column              meaning
+==================  =======================================================
+``id``              task id (string, unique)
+``arrival``         seconds
+``duration``        seconds (default 0.02)
+``timeout``         seconds; empty or ``inf``: none
+``submitter``       the client that submitted it (optional)
+``resources``       JSON object, e.g. ``{"CPU": 1}`` (optional)
+``task.<field>``    one column per Task field of the policy; vec and map
+                    values as JSON (``[0.1, 0.2, 0.1]``)
+==================  =======================================================
+
+Written traces add the outcome: ``status`` (finished / dropped / pending),
+``node``, ``scheduler``, ``dispatched_at``, ``started_at``, ``finished_at``,
+``on_time``. Reading ignores those columns, so a run's output is a workload
+again.
+
+Example:
+    >>> import tempfile, os
+    >>> from ray_adaptive.sim.model import TaskSpec
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
+    >>> write_trace(path, [TaskSpec("t0", 0.5, fields={"tenant": "a", "resource_vec": [0.1, 0.2]})])
+    >>> read_trace(path)[0].fields
+    {'tenant': 'a', 'resource_vec': [0.1, 0.2]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Iterable, Mapping, Optional, Sequence, Union
+
+from ray_adaptive.errors import ScenarioError
+from ray_adaptive.sim import model
+from ray_adaptive.sim.model import Task, TaskSpec
+
+__all__ = ["read_trace", "write_trace", "OUTCOME_COLUMNS"]
+
+BASE_COLUMNS = ("id", "arrival", "duration", "timeout", "submitter", "resources")
+OUTCOME_COLUMNS = ("status", "node", "scheduler", "dispatched_at", "started_at", "finished_at", "on_time")
+_PREFIX = "task."
+
+
+def _format(path: Path) -> str:
+    ext = path.suffix.lower()
+    if ext == ".csv":
+        return "csv"
+    if ext in (".parquet", ".pq"):
+        return "parquet"
+    raise ScenarioError(f"{path}: unknown trace format {ext or '(no extension)'!r}; use .csv or .parquet")
+
+
+def _encode(v):
+    return json.dumps(v) if isinstance(v, (list, dict)) else v
+
+
+def write_trace(path: "str | Path", tasks: Iterable[Union[Task, TaskSpec]], placed_by: Optional[Mapping[str, str]] = None) -> None:
+    """Write ``tasks`` (specs, or a run's tasks with their outcome) to a CSV or Parquet trace."""
+    import pandas as pd
+
+    path = Path(path)
+    fmt = _format(path)
+    rows = []
+    for t in tasks:
+        spec = t.spec if isinstance(t, Task) else t
+        row = {
+            "id": spec.id, "arrival": spec.arrival, "duration": spec.duration,
+            "timeout": spec.timeout if math.isfinite(spec.timeout) else None,
+            "submitter": spec.submitter, "resources": json.dumps(spec.resources) if spec.resources else "",
+        }
+        row.update({_PREFIX + k: _encode(v) for k, v in spec.fields.items()})
+        if isinstance(t, Task):
+            row.update({
+                "status": t.status, "node": t.node.id if t.node is not None else "",
+                "scheduler": (placed_by or {}).get(spec.id, ""),
+                "dispatched_at": t.dispatched_at, "started_at": t.started_at, "finished_at": t.finished_at,
+                "on_time": bool(t.on_time),
+            })
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    else:
+        try:
+            df.to_parquet(path, index=False)
+        except ImportError as err:
+            raise ScenarioError(f"{path}: writing Parquet needs pyarrow (pip install pyarrow): {err}") from None
+
+
+def _decode(v, where: str, column: str):
+    if isinstance(v, str) and v[:1] in "[{":
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError as err:
+            raise ScenarioError(f"{where}: column '{column}': invalid JSON {v[:40]!r}: {err.msg}") from None
+    if hasattr(v, "item"):  # numpy scalars from pandas
+        return v.item()
+    return v
+
+
+def _number(v, where: str, column: str, default: float) -> float:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+        return default
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ScenarioError(f"{where}: column '{column}' must be a number, found {v!r}") from None
+    if x < 0 or math.isnan(x):
+        raise ScenarioError(f"{where}: column '{column}' must be >= 0, found {v!r}")
+    return x
+
+
+def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
+    """Read a CSV or Parquet trace into task specs, sorted by (arrival, id); errors name the row and column."""
+    import pandas as pd
+
+    path = Path(path)
+    fmt = _format(path)
+    if not path.exists():
+        raise ScenarioError(f"{path}: no such trace file")
+    try:
+        df = pd.read_csv(path, dtype={"id": str, "submitter": str}, keep_default_na=False, na_values=[""]) if fmt == "csv" \
+            else pd.read_parquet(path)
+    except ImportError as err:
+        raise ScenarioError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow): {err}") from None
+    except (ValueError, pd.errors.ParserError) as err:
+        raise ScenarioError(f"{path}: not a readable {fmt} trace: {str(err).splitlines()[0]}") from None
+    for column in ("id", "arrival"):
+        if column not in df.columns:
+            raise ScenarioError(f"{path}: missing column '{column}'; a trace needs at least: id, arrival")
+    unknown = [c for c in df.columns if c not in BASE_COLUMNS + OUTCOME_COLUMNS and not c.startswith(_PREFIX)]
+    if unknown:
+        raise ScenarioError(f"{path}: unknown column '{unknown[0]}'; expected {', '.join(BASE_COLUMNS)}, "
+                            f"task.<field> columns, or outcome columns ({', '.join(OUTCOME_COLUMNS)})")
+    fields = [c for c in df.columns if c.startswith(_PREFIX)]
+    out, seen = [], set()
+    for i, row in enumerate(df.to_dict("records")):
+        tid = row["id"]
+        where = f"{path}: row {i + 2 if fmt == 'csv' else i} (id {tid!r})"
+        if tid is None or (isinstance(tid, float) and math.isnan(tid)) or str(tid) == "":
+            raise ScenarioError(f"{where}: empty id")
+        tid = str(tid)
+        if tid in seen:
+            raise ScenarioError(f"{where}: duplicate task id")
+        seen.add(tid)
+        arrival = _number(row["arrival"], where, "arrival", math.nan)
+        if math.isnan(arrival):
+            raise ScenarioError(f"{where}: column 'arrival' is empty")
+        resources = _decode(row.get("resources") or "", where, "resources") if "resources" in row else {}
+        if resources in ("", None) or (isinstance(resources, float) and math.isnan(resources)):
+            resources = {}
+        if not isinstance(resources, dict):
+            raise ScenarioError(f"{where}: column 'resources' must be a JSON object, found {resources!r}")
+        task_fields = {}
+        for c in fields:
+            v = row[c]
+            if isinstance(v, float) and math.isnan(v):
+                raise ScenarioError(f"{where}: column '{c}' is empty")
+            task_fields[c[len(_PREFIX):]] = _decode(v, where, c)
+        sub = row.get("submitter")
+        out.append(TaskSpec(
+            id=tid, arrival=arrival,
+            duration=_number(row.get("duration"), where, "duration", model.DEFAULT_DURATION),
+            timeout=_number(row.get("timeout"), where, "timeout", math.inf),
+            fields=task_fields, resources={k: float(v) for k, v in resources.items()},
+            submitter="" if sub is None or (isinstance(sub, float) and math.isnan(sub)) else str(sub),
+        ))
+    out.sort(key=lambda t: (t.arrival, t.id))
+    return tuple(out)
+
+
+def specs_from_dicts(tasks: Sequence[dict]) -> tuple[TaskSpec, ...]:
+    """Scenario-dict tasks (as :mod:`ray_adaptive.sim.workload` makes them) as specs."""
+    from ray_adaptive.sim.scenario import scenario_from_dict
+
+    return scenario_from_dict({"nodes": [{"id": "n0"}], "tasks": list(tasks)}).tasks
