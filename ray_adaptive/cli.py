@@ -144,5 +144,30 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, lim
     click.echo(json.dumps(plan_file) if as_json else result.format())
 
 
+@main.command()
+@click.option("--quick", is_flag=True, help="Fewer rates, shorter runs (a few seconds).")
+@click.option("--out", "out_dir", default="out/reproduce", show_default=True, help="Folder for sweep.csv and the PNGs.")
+@click.option("--rates", default=None, help="Comma-separated arrival rates (tasks/s) instead of the default sweep.")
+@click.option("--seconds", type=float, default=None, help="Simulated seconds per run (default 3, quick 1.6).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-measure", is_flag=True, help="Use the fixed unit compute of the latency model (machine-independent).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress) -> None:
+    """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
+    from ray_adaptive.reproduce import reproduce as run
+
+    try:
+        rate_list = [float(r) for r in rates.split(",")] if rates else None
+    except ValueError:
+        _fail(f"error: --rates must be comma-separated numbers, found {rates!r}")
+    if rate_list is not None and (not rate_list or any(r <= 0 for r in rate_list)):
+        _fail("error: --rates must be positive numbers")
+    try:
+        run(out_dir, quick=quick, rates=rate_list, seconds=seconds, seed=seed, measure=not no_measure,
+            show_progress=not no_progress, echo=click.echo)
+    except (RayAdaptiveError, ValueError) as err:
+        _fail(f"error: {err}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -81,7 +81,7 @@ from ray_adaptive.sim.scenario import Scenario, check_fields
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 
-_FINISH, _SYNC, _HEARTBEAT = "finish", "sync", "heartbeat"
+_FINISH, _SYNC = "finish", "sync"
 
 
 class _ViewNode:
@@ -107,11 +107,30 @@ def _hashable(v):
     return v
 
 
+def _cached(key):
+    """``key`` computed once per task."""
+    if key is None:
+        return None
+    cache: dict = {}
+
+    def get(t: Task):
+        k = cache.get(t)
+        if k is None:
+            k = cache[t] = key(t)
+        return k
+
+    return get
+
+
 def _row_key(fn, resources: bool):
     """A function giving tasks that Score ``fn`` (and the resource fit) cannot tell apart the same key.
 
-    None when every task differs (Score reads ``task.id``).
+    None when every task differs (Score reads ``task.id``). Computed once per task.
     """
+    return _cached(_row_key_uncached(fn, resources))
+
+
+def _row_key_uncached(fn, resources: bool):
     attrs = ir.task_attributes_read(fn)
     if "id" in attrs:
         return None
@@ -196,8 +215,11 @@ class _Sched:
         self.blocked = False
         self.busy_s = 0.0
         self.received = self.attempts = self.failed = self.bounces = self.decisions = 0
-        self.view: Optional[list[_ViewNode]] = None  # cached loads
-        self.base: list[int] = []
+        self.view: Optional[list[_ViewNode]] = None  # cached loads (as of view_tick, plus own dispatches since)
+        self.view_tick = -math.inf
+        self.hb_phase = 0.0
+        self.own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
+        self.wake_at = -math.inf
         self.unpushed: dict = {}
 
     def add(self, task: Task) -> None:
@@ -387,13 +409,14 @@ class PlanSim:
         self.warm: set[Task] = set()
         if prefill and self.tasks:
             self._prefill()
+        self._hist = [([0.0], [x.load]) for x in self.nodes]  # each node's load over time (for cached views)
         for task in self.tasks:
             self.loop.at(task.arrival, ARRIVAL, self._arrive, task)
             if math.isfinite(task.spec.timeout):
                 self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
         for s in self.locals if plan.architecture != "centralized" else [self.central]:
             if plan.load.kind == "cached" and (plan.architecture != "hybrid" or s.role == "scheduler"):
-                self.loop.at(float(s.rng.uniform(0, plan.load.period_s)), ARRIVAL, self._heartbeat_tick, s)
+                s.hb_phase = float(s.rng.uniform(0, plan.load.period_s))
             if plan.sync.kind == "periodic" and s.role == "scheduler" and self.dynamic:
                 self.loop.at(float(s.rng.uniform(0, plan.sync.period_s)), ARRIVAL, self._sync_tick, s)
 
@@ -435,7 +458,6 @@ class PlanSim:
                 if arch == "hybrid" and s.role == "selector":
                     continue
                 s.view = [_ViewNode(x) for x in self.nodes]
-                s.base = [0] * n
 
     def _assign_homes(self) -> dict:
         if self.plan.architecture != "decentralized":
@@ -644,6 +666,7 @@ class PlanSim:
 
     def _on_leave(self, task: Task) -> None:
         now = self.loop.now
+        self._record_load(task.node)
         if task not in self.warm:
             self.unresolved -= 1
         self._hook(self.truth, "OnFinish", task, task.node)
@@ -677,13 +700,6 @@ class PlanSim:
         s.blocked = False
         self._kick(s)
 
-    def _heartbeat_tick(self, s: _Sched) -> None:
-        if self.unresolved <= 0:
-            return
-        s.inbox.append((_HEARTBEAT, [x.load for x in self.nodes]))
-        self._kick(s)
-        self.loop.after(self.plan.load.period_s, ARRIVAL, self._heartbeat_tick, s)
-
     def _sync_tick(self, s: _Sched) -> None:
         if self.unresolved <= 0:
             return
@@ -697,9 +713,34 @@ class PlanSim:
             self._step(s)
 
     def _busy(self, s: _Sched, cost: float, fn, *args) -> None:
+        if s.view is not None and s.costs.heartbeat_s > 0:
+            # heartbeat rounds that arrive while the scheduler works extend its work; idle time absorbs the others
+            h, now = self.plan.load.period_s, self.loop.now
+            counted, end = 0, now + cost
+            while True:
+                n = self._ticks(s, now, end)
+                if n == counted:
+                    break
+                end += (n - counted) * s.costs.heartbeat_s
+                counted = n
+            cost = end - now
         s.busy = True
         s.busy_s += cost
         self.loop.after(cost, DECIDE, fn, s, *args)
+
+    def _ticks(self, s: _Sched, start: float, end: float) -> int:
+        """Heartbeat ticks of ``s`` in [start, end)."""
+        h, phi = self.plan.load.period_s, s.hb_phase
+        return max(0, math.ceil((end - phi) / h - 1e-12)) - max(0, math.ceil((start - phi) / h - 1e-12))
+
+    def _last_tick(self, s: _Sched, t: float) -> float:
+        h, phi = self.plan.load.period_s, s.hb_phase
+        return -math.inf if t < phi else phi + math.floor((t - phi) / h + 1e-12) * h
+
+    def _record_load(self, node: Node) -> None:
+        times, loads = self._hist[node.index]
+        times.append(self.loop.now)
+        loads.append(node.load)
 
     def _attempt_cost(self, s: _Sched) -> float:
         c = s.costs
@@ -709,7 +750,7 @@ class PlanSim:
         if s.inbox:
             kind, payload = s.inbox.popleft()
             c = s.costs
-            cost = {_FINISH: c.finish_s, _SYNC: c.sync_s, _HEARTBEAT: c.heartbeat_s}[kind]
+            cost = {_FINISH: c.finish_s, _SYNC: c.sync_s}[kind]
             self._busy(s, cost, self._item_done, kind, payload)
             return
         if not s.pending or s.blocked:
@@ -733,11 +774,6 @@ class PlanSim:
                 self._run_hook(s, "OnFinish", task, task.node)
         elif kind == _SYNC:
             self._push_pull(s)
-        elif kind == _HEARTBEAT:
-            s.base = payload
-            for v, load in zip(s.view, payload):
-                v.load = load
-            s.blocked = False
         self._step(s)
 
     # hybrid selector ------------------------------------------------------
@@ -782,6 +818,14 @@ class PlanSim:
             d = min(self.plan.load.d, n)
             picks = sorted(s.rng.choice(n, size=d, replace=False)) if d < n else range(n)
             return [self.nodes[i] for i in picks if self.nodes[i].has_room]
+        tick = self._last_tick(s, self.loop.now)
+        if tick != s.view_tick:
+            s.view_tick = tick
+            for v, (times, loads) in zip(s.view, self._hist):
+                v.load = loads[bisect.bisect_right(times, tick) - 1] if tick >= 0 else loads[0]
+            s.own = [x for x in s.own if x[0] > tick]
+            for _, i in s.own:
+                s.view[i].load += 1
         return [v for v in s.view if v.load < v.executors + v.queue]
 
     def _attempt(self, s: _Sched) -> None:
@@ -800,6 +844,11 @@ class PlanSim:
         if pick is None:
             s.failed += 1
             s.blocked = True
+            if s.view is not None:  # learn of room at the next heartbeat
+                nxt = self._last_tick(s, now) + self.plan.load.period_s if now >= s.hb_phase else s.hb_phase
+                if s.wake_at < nxt:
+                    s.wake_at = nxt
+                    self.loop.at(nxt, ARRIVAL, self._wake, s)
             self._busy(s, cost, self._attempt_failed)
             return
         i, j = pick
@@ -822,6 +871,7 @@ class PlanSim:
             if node.has_room and node.fits(task):
                 sample = self._sample(task, node, self.forwarded.get(task, decided_at)) if self.record_cr else None
                 self.cluster.dispatch(task, node)
+                self._record_load(node)
                 self.gp.remove(task)
                 self.forwarded.pop(task, None)
                 s.decisions += 1
@@ -832,6 +882,7 @@ class PlanSim:
                     self._run_hook(s, "OnDispatch", task, node)
                 if s.view is not None:
                     s.view[node.index].load += 1
+                    s.own.append((self.loop.now, node.index))
                 if sample is not None:
                     self.cr_impl.append(sample[0])
                     self.cr_ideal.append(sample[1])

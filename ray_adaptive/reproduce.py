@@ -1,0 +1,400 @@
+"""The paper's experiment (HotNets'25, Section 2 and 6) as one function: ``ray-adaptive reproduce``.
+
+DRF-LB; 3 tenants of equal priority, one "greedy" submitting 3x the rate of
+each other (from 3x the clients); 12 nodes with one FIFO executor and a
+queue of 2; tasks of 12/510 s (the execution bound is ~510 tasks/s)
+dropped when no scheduler picks them within 1 s. For every arrival rate of
+the sweep:
+
+* the simulator runs the paper's three implementations -- centralized,
+  decentralized (State synced through a shared store every 100 ms) and
+  hybrid -- and measures goodput, Jain's index over the tenants' service
+  ratios, and the competitive ratio of their decisions;
+* the compiler compiles DRF-LB for that rate (on a window of the same
+  workload) and its choice among *all* plans is simulated too.
+
+Out come a CSV of every run, four PNG figures (goodput vs rate, JFI vs rate
+-- the paper's Figure 2; estimated vs simulated goodput, competitive ratio
+vs JFI -- Figure 5), and Table 1 computed from the data next to the
+compiler's choice per rate.
+
+**Within the limit** (the simulator's verdict): a run's competitive ratio,
+measured over the whole run, is at most the policy's limit, and its JFI is
+at least :func:`jfi_floor` (no tenant below 1/limit of its fair share, the
+others sharing the rest). The competitive ratio is the quantity the limit
+bounds; JFI is the outcome. They part ways just above saturation: there a
+decentralized plan's decisions already favour the heavy tenant (ratio ~2),
+but a light tenant loses service only in proportion to how far its demand
+exceeds what its scheduler wins, so JFI falls later and gradually.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+from ray_adaptive.compiler import PlanSpace, Profile, analyze, compile_policy, enumerate_plans, lower
+from ray_adaptive.compiler.estimates import effective_parallelism, estimate_cost
+from ray_adaptive.dsl import load_policy
+from ray_adaptive.sim.plan_sim import simulate
+from ray_adaptive.sim.scenario import Scenario, scenario_from_dict
+from ray_adaptive.sim.workload import PAPER_DURATION, Tenant, policy_workload
+
+__all__ = ["Experiment", "PAPER", "PAPER_PLANS", "sweep", "table1", "choice_agreement", "jfi_floor", "reproduce",
+           "DEFAULT_RATES", "QUICK_RATES"]
+
+#: The paper's three implementations, as names in the compiler's plan space.
+PAPER_PLANS = {"C": "centralized", "D": "decentralized+sync 100ms", "H": "hybrid"}
+DEFAULT_RATES = (150, 250, 350, 380, 410, 440, 470, 500, 540, 580, 650, 750, 900)
+QUICK_RATES = (200, 350, 430, 490, 650, 850)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A workload and cluster to sweep: tenants (name, share of the rate), nodes, durations, arrivals.
+
+    ``spread``: ``submitter`` (a task enters a decentralized plan at its
+    client's home scheduler; a tenant with k times the rate runs k times the
+    clients) or ``clients1`` (one client per tenant).
+    """
+
+    name: str = "paper"
+    policy: str = "drf_lb"
+    shares: tuple[tuple[str, float], ...] = (("a", 1.0), ("b", 1.0), ("greedy", 3.0))
+    nodes: int = 12
+    executors: int = 1
+    queue: int = 2
+    duration: float = PAPER_DURATION
+    durations: str = "fixed"
+    arrivals: str = "poisson"
+    timeout: float = 1.0
+
+    @property
+    def capacity(self) -> float:
+        """The nodes' execution bound (tasks/s)."""
+        return self.nodes * self.executors / self.duration
+
+    def tenants(self, rate: float) -> list[Tenant]:
+        total = sum(w for _, w in self.shares)
+        return [Tenant(n, rate * w / total, arrivals=self.arrivals, duration=self.duration, durations=self.durations)
+                for n, w in self.shares]
+
+    def workload(self, rate: float, seconds: float, seed: int = 0) -> Scenario:
+        policy = load_policy(self.policy)
+        return scenario_from_dict(policy_workload(policy, self.tenants(rate), seconds, self.nodes, self.executors,
+                                                  self.queue, self.timeout, seed=seed))
+
+
+PAPER = Experiment()
+
+
+def jfi_floor(limit: Optional[float], n: int) -> float:
+    """Jain's index when one of ``n`` tenants gets 1/limit of its fair share and the others share the rest.
+
+    Example:
+        >>> round(jfi_floor(1.2, 3), 4)
+        0.9863
+    """
+    if limit is None or n < 2:
+        return 0.0
+    low = 1.0 / limit
+    high = (n - low) / (n - 1)
+    return n / (low * low + (n - 1) * high * high)
+
+
+def _plans(policy_name: str, nodes: int, space: PlanSpace = PlanSpace()):
+    a = analyze(load_policy(policy_name))
+    plans, _ = enumerate_plans(a, nodes, space)
+    return a, {p.name: p for p in plans}
+
+
+def sweep(
+    exp: Experiment = PAPER,
+    rates: Sequence[float] = DEFAULT_RATES,
+    seconds: float = 3.0,
+    warmup: float = 0.5,
+    plans: Optional[Sequence[str]] = None,
+    profile: Optional[Profile] = None,
+    window: int = 300,
+    seed: int = 0,
+    compile_choice: bool = True,
+    progress: Optional[Callable[[str], None]] = None,
+) -> list[dict]:
+    """Simulate ``plans`` (default: the paper's three) at every rate; compile, and simulate the choice.
+
+    One row per (rate, plan) run: simulated goodput, on-time goodput, JFI,
+    service ratios, simulated competitive ratio; the compiler's estimates for
+    that plan at that rate; whether it was the compiler's choice. ``progress``
+    is called once per finished run.
+    """
+    policy = load_policy(exp.policy)
+    analysis, space = _plans(exp.policy, exp.nodes)
+    profile = profile or Profile()
+    names = list(plans) if plans is not None else list(PAPER_PLANS.values())
+    for n in names:
+        if n not in space:
+            raise ValueError(f"no plan {n!r} for {exp.policy}; plans: {', '.join(space)}")
+    rows: list[dict] = []
+    limit = policy.limit
+    tenants = len(exp.shares)
+    for rate in rates:
+        sc = exp.workload(rate, seconds, seed=seed)
+        comp = None
+        if compile_choice:
+            comp = compile_policy(policy, rate=rate, trace=exp.workload(rate, window / rate * 1.1, seed=seed + 1).tasks,
+                                  nodes=exp.nodes, executors=exp.executors, queue=exp.queue, profile=profile,
+                                  measure=False, window=window, seed=seed)
+        chosen = comp.choice.estimate.plan.name if comp else None
+        paper_choice = None
+        if comp:
+            from ray_adaptive.compiler import choose
+
+            paper_choice = choose([comp.estimate(n) for n in PAPER_PLANS.values()], comp.rate, comp.limit,
+                                  comp.headroom).estimate.plan.name
+        run = names + ([chosen] if chosen and chosen not in names else [])
+        if progress and compile_choice and chosen in names:
+            progress(f"{rate:g}/s: the choice is one of the plans already run")
+        prefill = rate >= exp.capacity
+        for name in run:
+            t0 = time.perf_counter()
+            plan = space[name]
+            r = simulate(lower(plan, analysis, profile, exp.nodes), sc, seed=seed, warmup=warmup, prefill=prefill,
+                         cr_every=2)
+            m = r.metrics()
+            est = comp.estimate(name) if comp else estimate_cost(plan, analysis, profile, exp.nodes,
+                                                                effective_parallelism(plan, sc, exp.nodes))
+            row = {
+                "experiment": exp.name, "rate": rate, "plan": name, "architecture": plan.architecture,
+                "paper_plan": next((k for k, v in PAPER_PLANS.items() if v == name), ""),
+                "offered": m.offered, "goodput": m.goodput, "on_time": m.on_time, "dropped": m.dropped,
+                "jfi": m.jfi, "cr_sim": m.cr["mean"], "cr_sim_p90": m.cr["p90"],
+                "within_limit_sim": bool(m.cr["mean"] <= (limit or math.inf) and m.jfi >= jfi_floor(limit, tenants)),
+                "throughput_est": round(est.throughput, 2), "latency_est_ms": round(est.latency_s * 1e3, 4),
+                "cr_est": est.competitive_ratio if comp else math.nan,
+                "goodput_est": round(min(rate, est.throughput, exp.capacity), 2),
+                "capacity": round(exp.capacity, 2),
+                "chosen": name == chosen, "chosen_among_paper": name == paper_choice,
+                "wait_p99_ms": round(m.wait_p99 * 1e3, 3), "response_p99_ms": round(m.response_p99 * 1e3, 3),
+                "utilisation": max(m.utilisation.values()) if m.utilisation else 0.0,
+                "events": r.events, "sim_s": round(time.perf_counter() - t0, 4),
+                **{f"service_{k}": v for k, v in m.service.items()},
+            }
+            rows.append(row)
+            if progress:
+                progress(f"{rate:g}/s {name}")
+    return rows
+
+
+def best_plans(rows: Sequence[dict], tol: float = 0.02) -> dict[float, list[str]]:
+    """Per rate: the simulator's best plans -- the highest goodput (within ``tol``) among runs within the limit."""
+    out: dict[float, list[str]] = {}
+    for rate in sorted({r["rate"] for r in rows}):
+        runs = [r for r in rows if r["rate"] == rate]
+        ok = [r for r in runs if r["within_limit_sim"]] or runs
+        top = max(r["goodput"] for r in ok)
+        out[rate] = [r["plan"] for r in ok if r["goodput"] >= top * (1 - tol)]
+    return out
+
+
+def _relation(values: dict[str, float], tol: float, higher_better: bool = True) -> str:
+    """``D > H > C`` / ``C = D = H``: the order of the plans, equal within ``tol`` (relative)."""
+    items = sorted(values.items(), key=lambda kv: -kv[1] if higher_better else kv[1])
+    groups: list[list[str]] = []
+    for k, v in items:
+        if groups and abs(values[groups[-1][0]] - v) <= tol * max(abs(values[groups[-1][0]]), 1e-9):
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return " > ".join(" = ".join(sorted(g)) for g in groups)
+
+
+def table1(rows: Sequence[dict], gp_tol: float = 0.03, jfi_tol: float = 0.01) -> list[dict]:
+    """The paper's Table 1 from the sweep: per rate band, goodput and fairness relations, the best plan(s)."""
+    per_rate = []
+    for rate in sorted({r["rate"] for r in rows}):
+        runs = {r["paper_plan"]: r for r in rows if r["rate"] == rate and r["paper_plan"]}
+        if len(runs) < 3:
+            continue
+        gp = _relation({k: r["goodput"] for k, r in runs.items()}, gp_tol)
+        fair = {k: r["jfi"] if r["within_limit_sim"] else min(r["jfi"], 0.0 + r["jfi"] - 1.0) for k, r in runs.items()}
+        fair_rel = _relation({k: (1.0 if r["within_limit_sim"] else 0.0) for k, r in runs.items()}, 0.0)
+        ok = {k: r for k, r in runs.items() if r["within_limit_sim"]} or runs
+        top = max(r["goodput"] for r in ok.values())
+        best = sorted(k for k, r in ok.items() if r["goodput"] >= top * (1 - gp_tol))
+        label = "Any (C preferred)" if best == ["C", "D", "H"] else ", ".join(best)
+        chosen = next((r["plan"] for r in rows if r["rate"] == rate and r["chosen"]), "")
+        chosen_paper = next((r["paper_plan"] for r in rows if r["rate"] == rate and r["chosen_among_paper"]), "")
+        per_rate.append({"rate": rate, "goodput": gp, "fairness": fair_rel, "best": label,
+                         "compiler": chosen, "compiler_paper": chosen_paper})
+    bands: list[dict] = []
+    for row in per_rate:
+        if bands and all(bands[-1][k] == row[k] for k in ("goodput", "fairness", "best")):
+            bands[-1]["rates"].append(row["rate"])
+            bands[-1]["compiler"].append(row["compiler"])
+            bands[-1]["compiler_paper"].append(row["compiler_paper"])
+        else:
+            bands.append({**row, "rates": [row["rate"]], "compiler": [row["compiler"]],
+                          "compiler_paper": [row["compiler_paper"]]})
+    return bands
+
+
+def format_table1(bands: Sequence[dict]) -> str:
+    """Table 1 as text: rate band, goodput and fairness relations, best plan(s), the compiler's choices."""
+    def band(b):
+        lo, hi = b["rates"][0], b["rates"][-1]
+        return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+    head = ("rate (tasks/s)", "goodput", "within limit", "best (simulated)", "compiler (C/D/H)", "compiler (all plans)")
+    rows = [(band(b), b["goodput"], b["fairness"], b["best"], ", ".join(dict.fromkeys(b["compiler_paper"])),
+             ", ".join(dict.fromkeys(b["compiler"]))) for b in bands]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def choice_agreement(rows: Sequence[dict], tol: float = 0.02) -> list[dict]:
+    """Per rate: the compiler's choice vs the simulator's best plans (rows must cover every plan).
+
+    ``agrees``: the choice is among the best (goodput within ``tol`` of the
+    best run within the limit, and itself within the limit). ``agrees_jfi``:
+    the same with "within the limit" judged by JFI alone.
+    """
+    out = []
+    best = best_plans(rows, tol)
+    for rate, names in best.items():
+        runs = {r["plan"]: r for r in rows if r["rate"] == rate}
+        chosen = next(r for r in runs.values() if r["chosen"])
+        jfi_ok = [r for r in runs.values() if r["jfi"] >= r.get("jfi_floor", 0.0)]
+        top_jfi = max(r["goodput"] for r in jfi_ok) if jfi_ok else 0.0
+        out.append({
+            "rate": rate, "chosen": chosen["plan"], "best": names,
+            "agrees": chosen["plan"] in names,
+            "agrees_jfi": chosen["jfi"] >= chosen.get("jfi_floor", 0.0) and chosen["goodput"] >= top_jfi * (1 - tol),
+            "chosen_goodput": chosen["goodput"], "best_goodput": max(runs[n]["goodput"] for n in names),
+        })
+    return out
+
+
+# ------------------------------------------------------------------- figures
+
+def plot(rows: Sequence[dict], out_dir: Path, exp: Experiment = PAPER) -> list[Path]:
+    """The paper's Figures 2a, 2b, 5a, 5b as PNGs in ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colors = {"C": "tab:blue", "D": "tab:orange", "H": "tab:green"}
+    series = {k: sorted((r for r in rows if r["paper_plan"] == k), key=lambda r: r["rate"]) for k in PAPER_PLANS}
+    label = {"C": "centralized", "D": "decentralized", "H": "hybrid"}
+    paths = []
+
+    def save(fig, name):
+        p = out_dir / name
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for k, rs in series.items():
+        ax.plot([r["rate"] for r in rs], [r["goodput"] for r in rs], "o-", color=colors[k], label=label[k])
+    ax.plot([0, max(r["rate"] for r in rows)], [exp.capacity] * 2, ":", color="gray", label="execution bound")
+    ax.set(xlabel="arrival rate (tasks/s)", ylabel="goodput (tasks/s)", title="Goodput (Fig. 2a)")
+    ax.legend()
+    save(fig, "goodput_vs_rate.png")
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for k, rs in series.items():
+        ax.plot([r["rate"] for r in rs], [r["jfi"] for r in rs], "o-", color=colors[k], label=label[k])
+    ax.set(xlabel="arrival rate (tasks/s)", ylabel="Jain's fairness index", title="Fairness (Fig. 2b)")
+    ax.legend()
+    save(fig, "jfi_vs_rate.png")
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for k, rs in series.items():
+        xs = [r["rate"] for r in rs]
+        ax.plot(xs, [r["goodput"] for r in rs], "o-", color=colors[k], label=f"{label[k]} (simulated)")
+        ax.plot(xs, [r["goodput_est"] for r in rs], "--", color=colors[k], label=f"{label[k]} (estimated)")
+    ax.set(xlabel="arrival rate (tasks/s)", ylabel="goodput (tasks/s)", title="Goodput estimation (Fig. 5a)")
+    ax.legend(fontsize=7)
+    save(fig, "goodput_estimated_vs_simulated.png")
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax2 = ax.twinx()
+    for k, rs in series.items():
+        xs = [r["rate"] for r in rs]
+        ax.plot(xs, [r["jfi"] for r in rs], "o-", color=colors[k], label=f"{label[k]} JFI")
+        ax2.plot(xs, [r["cr_est"] for r in rs], "--", color=colors[k], label=f"{label[k]} CR (estimated)")
+    ax.set(xlabel="arrival rate (tasks/s)", ylabel="Jain's fairness index (solid)",
+           title="Competitive ratio vs fairness (Fig. 5b)")
+    ax2.set_ylabel("competitive ratio (dashed)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center left")
+    save(fig, "competitive_ratio_vs_jfi.png")
+    return paths
+
+
+# ---------------------------------------------------------------- the command
+
+def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rates: Optional[Sequence[float]] = None,
+              seconds: Optional[float] = None, seed: int = 0, measure: bool = True, show_progress: bool = True,
+              echo: Callable[[str], None] = print) -> dict:
+    """Run the sweep, write ``sweep.csv`` and the figures to ``out_dir``, print Table 1; return a summary."""
+    import pandas as pd
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rates = tuple(rates or (QUICK_RATES if quick else DEFAULT_RATES))
+    seconds = seconds or (1.6 if quick else 3.0)
+    warmup = min(0.5, seconds / 4)
+    profile = Profile()
+    if measure:
+        from ray_adaptive.compiler.pipeline import _profile_batch, workload_window
+        from ray_adaptive.compiler.profile import measure_units
+
+        policy = load_policy(PAPER.policy)
+        window, _ = workload_window(policy, None, 400.0, PAPER.nodes, window=100)
+        profile = profile.with_units(measure_units(analyze(policy), *_profile_batch(window, policy)))
+    start = time.perf_counter()
+    total = len(rates) * (len(PAPER_PLANS) + 1)
+    bar = None
+    if show_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="reproduce", unit="run", leave=False)
+
+    def tick(what: str) -> None:
+        if bar is not None:
+            bar.set_postfix_str(what)
+            bar.update(1)
+
+    rows = sweep(PAPER, rates, seconds, warmup, profile=profile, seed=seed, progress=tick)
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - start
+    floor = jfi_floor(load_policy(PAPER.policy).limit, len(PAPER.shares))
+    for r in rows:
+        r["jfi_floor"] = round(floor, 4)
+    df = pd.DataFrame(rows)
+    df.to_csv(out / "sweep.csv", index=False)
+    figures = plot(rows, out)
+    bands = table1(rows)
+    events = int(df["events"].sum())
+    echo(f"Swept {len(rates)} rates x {len(PAPER_PLANS)} plans (+ the compiler's choice) in {elapsed:.1f} s "
+         f"({events:,} simulated events, {events / elapsed:,.0f} events/s)")
+    echo("")
+    echo("Table 1 (simulated; C = centralized, D = decentralized, H = hybrid)")
+    echo(format_table1(bands))
+    echo("")
+    echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
+    return {"rows": rows, "bands": bands, "elapsed_s": elapsed, "events": events, "figures": figures,
+            "csv": out / "sweep.csv", "profile": profile}
