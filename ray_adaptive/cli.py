@@ -7,6 +7,7 @@ SCENARIO arguments are a path or the name of a shipped scenario.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -106,7 +107,7 @@ def demo(policy_name: str, every: float) -> None:
 @click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
 @click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
 @click.option("--trace", "trace_path", default=None, help="Workload trace (.csv or .parquet) to replay.")
-@click.option("--window", type=int, default=400, show_default=True, help="Tasks of the trace to replay.")
+@click.option("--window", type=int, default=600, show_default=True, help="Tasks of the trace to replay (the first third warms up).")
 @click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
 @click.option("--headroom", type=float, default=0.1, show_default=True, help="Throughput margin over the rate.")
 @click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see README).")
@@ -133,7 +134,7 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, lim
         tasks = read_trace(trace_path) if trace_path else None
         result = compile_policy(p, rate=rate, trace=tasks, nodes=nodes, executors=executors, queue=queue,
                                 profile=profile, measure=not no_measure, window=window, headroom=headroom,
-                                limit=limit, seed=seed)
+                                limit=limit, seed=seed, workers=os.cpu_count() or 1)
     except RayAdaptiveError as err:
         _fail(f"error: {err}")
     except ValueError as err:

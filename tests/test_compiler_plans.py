@@ -264,3 +264,42 @@ def test_compile_errors_are_clear():
     with pytest.raises(ScenarioError, match="missing field 'resource_vec'"):
         compile_policy(load_policy("drf_lb"), trace=[TaskSpec(f"t{i}", i * 0.01, fields={"tenant": "a"}) for i in range(20)],
                        measure=False)
+
+
+# ------------------------------------------------------------------ the command
+
+def cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ray_adaptive", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_compile_command_prints_a_report_or_one_json_object(tmp_path):
+    import json
+
+    from ray_adaptive.sim.trace import specs_from_dicts, write_trace
+
+    trace = tmp_path / "run.csv"
+    write_trace(trace, specs_from_dicts(paper_workload(900, seconds=0.5, seed=2)["tasks"]))
+    out = cli("compile", "drf_lb", "--trace", str(trace), "--window", "250", "--no-measure", "--json",
+              "--out", str(tmp_path / "plan.json"))
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["choice"]["architecture"] == "hybrid" and 850 < d["rate"] < 950
+    assert json.loads((tmp_path / "plan.json").read_text()) == d
+    out = cli("compile", "drf_lb", "--rate", "120", "--window", "150", "--no-measure")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("policy drf_lb (limit 1.2) on 12 nodes") and "Choice: centralized" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("drf_lb",), "give --rate R (tasks/s) or --trace FILE"),
+    (("drf_lb", "--trace", "nope.csv"), "nope.csv: no such trace file"),
+    (("drf_lb", "--trace", "t.json"), "unknown trace format '.json'"),
+    (("no_such", "--rate", "10"), "shipped policies: "),
+    (("drf_lb", "--rate", "10", "--window", "3"), "window must be at least 10 tasks"),
+])
+def test_compile_command_errors_are_one_line(args, message):
+    out = cli("compile", *args)
+    assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr

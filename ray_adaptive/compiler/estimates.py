@@ -46,7 +46,7 @@ from ray_adaptive.sim.plan_sim import SimResult, simulate
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.scenario import Scenario
 
-__all__ = ["Step", "Estimate", "lower", "estimate_cost", "estimate_quality", "effective_parallelism"]
+__all__ = ["Step", "Estimate", "lower", "estimate_cost", "estimate_quality", "effective_parallelism", "ideal_scale"]
 
 
 @dataclass(frozen=True)
@@ -234,23 +234,53 @@ def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, 
     return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp))
 
 
+def ideal_scale(policy: ir.Policy, window: Scenario) -> float:
+    """The yardstick of the competitive ratio: the median |score| of the ideal scheduler's decisions on ``window``.
+
+    The same for every plan (see :func:`ray_adaptive.sim.metrics.competitive_ratio`).
+    """
+    from ray_adaptive.sim.replay import replay
+
+    return M.score_scale([d.score for d in replay(policy, window, deadline="dispatch").decisions])
+
+
+def _replay(args) -> dict:
+    """One plan's replay, summarised (runs in a worker process when the compiler fans out)."""
+    sim_plan, window, seed, prefill, cr_from, scale, limit, arch = args
+    r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from)
+    cr = M.competitive_ratio(r.cr_impl, r.cr_ideal, scale=scale, limit=limit)
+    mt = r.metrics(cr_scale=scale)
+    role = "selector" if arch != "decentralized" else "scheduler"
+    decided = sum(s.decisions for s in r.schedulers if s.role == role)
+    attempts = sum(s.attempts for s in r.schedulers if s.role == role)
+    return {"cr": cr, "quality": {
+        "p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"], "scale": cr["scale"],
+        "replay_goodput": mt.goodput, "replay_jfi": mt.jfi, "bounces": mt.bounces,
+        "attempts_per_decision": round(attempts / decided, 3) if decided else None}}
+
+
 def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile: Profile, window: Scenario,
-                     seed: int = 0, prefill: bool = False, limit: Optional[float] = None) -> list[Estimate]:
-    """Replay ``window`` under every plan; fill in the competitive ratio (one score scale for all plans)."""
+                     seed: int = 0, prefill: bool = False, limit: Optional[float] = None,
+                     scale: Optional[float] = None, warm: float = 1 / 3, workers: int = 1) -> list[Estimate]:
+    """Replay ``window`` under every plan; fill in the competitive ratio (one score scale for all plans).
+
+    The first ``warm`` share of the window (by arrivals) brings each plan to
+    its own steady state (its backlogs, its State); decisions after it are
+    sampled. ``workers`` > 1 replays in that many processes (the same result).
+    """
     nodes = len(window.nodes)
-    runs: list[SimResult] = [
-        simulate(lower(e.plan, analysis, profile, nodes), window, seed=seed, prefill=prefill) for e in estimates
-    ]
-    pooled = np.concatenate([r.cr_ideal for r in runs]) if runs else np.zeros(0)
-    scale = M.score_scale(pooled)
-    out = []
-    for e, r in zip(estimates, runs):
-        cr = M.competitive_ratio(r.cr_impl, r.cr_ideal, scale=scale, limit=limit)
-        mt = r.metrics(cr_scale=scale)
-        decided = sum(s.decisions for s in r.schedulers if s.role == ("selector" if e.plan.architecture != "decentralized" else "scheduler"))
-        attempts = sum(s.attempts for s in r.schedulers if s.role == ("selector" if e.plan.architecture != "decentralized" else "scheduler"))
-        quality = {"p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"], "scale": cr["scale"],
-                   "replay_goodput": mt.goodput, "replay_jfi": mt.jfi, "bounces": mt.bounces,
-                   "attempts_per_decision": round(attempts / decided, 3) if decided else None}
-        out.append(dataclasses.replace(e, competitive_ratio=cr["mean"], quality=quality))
-    return out
+    cr_from = window.tasks[int(len(window.tasks) * warm)].arrival if window.tasks and warm > 0 else 0.0
+    scale = ideal_scale(analysis.policy, window) if scale is None else scale
+    jobs = [(lower(e.plan, analysis, profile, nodes), window, seed, prefill, cr_from, scale, limit, e.plan.architecture)
+            for e in estimates]
+    if workers > 1 and len(jobs) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
+                                                    mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_replay, jobs))
+    else:
+        results = [_replay(j) for j in jobs]
+    return [dataclasses.replace(e, competitive_ratio=r["cr"]["mean"], quality=r["quality"])
+            for e, r in zip(estimates, results)]

@@ -147,7 +147,7 @@ class Compilation:
         c = self.choice.estimate
         out += ["", f"Choice: {c.plan.name} ({c.plan.architecture}) -- {self.choice.why}"]
         for s in c.steps:
-            out.append(f"  {s.role:<10} {s.what:<40} {s.seconds * 1e3:7.3f} ms")
+            out.append(f"  {s.role:<10} {s.what:<48} {s.seconds * 1e3:7.3f} ms")
         return "\n".join(out)
 
 
@@ -157,11 +157,13 @@ def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int) -> tup
 
 
 def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: Optional[float], nodes: int = 12,
-                    executors: int = 1, queue: int = 2, window: int = 400, seed: int = 0) -> tuple[Scenario, float]:
+                    executors: int = 1, queue: int = 2, window: int = 600, seed: int = 0) -> tuple[Scenario, float]:
     """The scenario the compiler replays, and the arrival rate it offers.
 
     The last ``window`` tasks of ``tasks`` (arrivals re-based to start at 0
-    and, with ``rate``, scaled to it), on ``nodes`` nodes. Without tasks, the
+    and, with ``rate``, scaled to it; durations scaled so that their mean is
+    the whole trace's -- a short window of a heavy-tailed trace would
+    otherwise offer a noisy load), on ``nodes`` nodes. Without tasks, the
     paper's three tenants at ``rate``.
     """
     if window < 10:
@@ -184,7 +186,12 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
     span = chosen[-1].arrival - t0
     offered = (len(chosen) - 1) / span if span > 0 else float("inf")
     scale = offered / rate if (rate and tasks is not None and math.isfinite(offered)) else 1.0
-    rebased = tuple(dataclasses.replace(t, arrival=round((t.arrival - t0) * scale, 9)) for t in chosen)
+    # the window offers the trace's load: its durations scaled to the trace's mean (their shape kept)
+    source = tasks if tasks is not None else scenario.tasks
+    window_mean = sum(t.duration for t in chosen) / len(chosen)
+    stretch = (sum(t.duration for t in source) / len(source)) / window_mean if window_mean > 0 else 1.0
+    rebased = tuple(dataclasses.replace(t, arrival=round((t.arrival - t0) * scale, 9), duration=t.duration * stretch)
+                    for t in chosen)
     out = Scenario(scenario.nodes, rebased)
     check_fields(policy, out, "trace")
     return out, (rate if rate else offered)
@@ -216,29 +223,33 @@ def compile_policy(
     profile: Optional[Profile] = None,
     measure: bool = True,
     space: PlanSpace = PlanSpace(),
-    window: int = 400,
+    window: int = 600,
     headroom: float = 0.1,
     limit: Optional[float] = None,
     seed: int = 0,
+    workers: int = 1,
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
     ``profile``: the latency model (default :class:`Profile`); ``measure``:
     time each unit on the interpreter (otherwise every unit costs
     ``profile.default_unit_s``, which makes the result machine-independent).
-    ``limit`` overrides the policy's ``[limit=...]``.
+    ``limit`` overrides the policy's ``[limit=...]``. ``workers``: replay the
+    plans in that many processes (the same result, sooner on several cores).
     """
     analysis = analyze(policy)
     scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed)
     profile = profile or Profile()
     if measure:
         profile = profile.with_units(measure_units(analysis, *_profile_batch(scenario, policy)))
-    durations = np.array([t.duration for t in scenario.tasks])
+    # the execution bound from every task of the trace: a window's mean duration is noisy for heavy tails
+    durations = np.array([t.duration for t in (trace if trace else scenario.tasks)])
     capacity = sum(n.executors for n in scenario.nodes) / float(durations.mean())
     plans, excluded = enumerate_plans(analysis, len(scenario.nodes), space)
     estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes), effective_parallelism(p, scenario, len(scenario.nodes)))
                  for p in plans]
     limit = policy.limit if limit is None else limit
-    estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, prefill=offered >= capacity, limit=limit)
+    estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, prefill=offered >= capacity,
+                                 limit=limit, workers=workers)
     choice = choose(estimates, offered, limit, headroom)
     return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice)

@@ -401,7 +401,7 @@ def _update(s: ir.Assign, unit: Unit) -> StateUpdate:
     if s.op in ("+", "-"):
         if value_reads_var:
             return StateUpdate(var, unit.id, text, None, f"the delta reads {var} itself, so it depends on the order of updates")
-        return StateUpdate(var, unit.id, text, "add", f"a {s.op}= delta: replicas merge by adding deltas")
+        return StateUpdate(var, unit.id, text, "add", "+= / -= deltas: replicas merge by adding them")
     if s.op is None and isinstance(s.value, ir.Call) and s.value.fn in ("max", "min") and len(s.value.args) == 2:
         a, b = s.value.args
         other = b if _same_target(a, s.target) else a if _same_target(b, s.target) else None

@@ -217,7 +217,7 @@ class _Sched:
         self.received = self.attempts = self.failed = self.bounces = self.decisions = 0
         self.view: Optional[list[_ViewNode]] = None  # cached loads (as of view_tick, plus own dispatches since)
         self.view_tick = -math.inf
-        self.hb_phase = 0.0
+        self.hb_index = 0
         self.own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
         self.wake_at = -math.inf
         self.unpushed: dict = {}
@@ -361,7 +361,7 @@ class PlanSim:
 
     def __init__(self, plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
                  record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
-                 source: str = "<scenario>"):
+                 cr_from: float = 0.0, source: str = "<scenario>"):
         check_fields(plan.policy, scenario, source)
         if deadline not in DEADLINES:
             raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
@@ -377,7 +377,7 @@ class PlanSim:
         self.tasks = [Task(spec) for spec in scenario.tasks]
         self._any_resources = any(t.spec.resources for t in self.tasks)
         self.rng = np.random.default_rng(seed)
-        self.record_cr, self.cr_every, self._cr_count = record_cr, cr_every, 0
+        self.record_cr, self.cr_every, self._cr_count, self.cr_from = record_cr, cr_every, 0, cr_from
         self.cr_impl: list[float] = []
         self.cr_ideal: list[float] = []
         self.truth = Interpreter(plan.policy, num_nodes=n)
@@ -397,7 +397,9 @@ class PlanSim:
         self.unresolved = len(self.tasks)
         self.store: dict = {}
         self.claimed: set[Task] = set()  # picked by a scheduler, being sent
-        self._paid: dict[Task, _Sched] = {}  # who has paid the receive cost of a task
+        self._paid: dict[Task, _Sched] = {}
+        self._hb: list = []  # schedulers with a cached load view
+        self._hb_seed = seed  # who has paid the receive cost of a task
         self.outstanding = 0  # hybrid: tasks forwarded and not yet finished/dropped (the selector's accounting)
         self._rr = 0
         self._build_schedulers(seed)
@@ -416,7 +418,8 @@ class PlanSim:
                 self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
         for s in self.locals if plan.architecture != "centralized" else [self.central]:
             if plan.load.kind == "cached" and (plan.architecture != "hybrid" or s.role == "scheduler"):
-                s.hb_phase = float(s.rng.uniform(0, plan.load.period_s))
+                s.hb_index = len(self._hb)
+                self._hb.append(s)
             if plan.sync.kind == "periodic" and s.role == "scheduler" and self.dynamic:
                 self.loop.at(float(s.rng.uniform(0, plan.sync.period_s)), ARRIVAL, self._sync_tick, s)
 
@@ -715,7 +718,7 @@ class PlanSim:
     def _busy(self, s: _Sched, cost: float, fn, *args) -> None:
         if s.view is not None and s.costs.heartbeat_s > 0:
             # heartbeat rounds that arrive while the scheduler works extend its work; idle time absorbs the others
-            h, now = self.plan.load.period_s, self.loop.now
+            now = self.loop.now
             counted, end = 0, now + cost
             while True:
                 n = self._ticks(s, now, end)
@@ -728,14 +731,37 @@ class PlanSim:
         s.busy_s += cost
         self.loop.after(cost, DECIDE, fn, s, *args)
 
-    def _ticks(self, s: _Sched, start: float, end: float) -> int:
-        """Heartbeat ticks of ``s`` in [start, end)."""
-        h, phi = self.plan.load.period_s, s.hb_phase
-        return max(0, math.ceil((end - phi) / h - 1e-12)) - max(0, math.ceil((start - phi) / h - 1e-12))
+    def _tick(self, s: _Sched, j: int) -> float:
+        """Time of heartbeat round ``j`` of ``s``: somewhere in period j, at a pseudo-random offset.
+
+        Rounds jitter within their period (a hash of the seed, the scheduler and
+        j), so no scheduler is systematically the first to learn of a free slot.
+        """
+        x = (self._hb_seed * 0x9E3779B1 + s.hb_index * 0x85EBCA77 + j * 0xC2B2AE3D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+        x ^= x >> 12
+        return (j + x / 2.0 ** 32) * self.plan.load.period_s
 
     def _last_tick(self, s: _Sched, t: float) -> float:
-        h, phi = self.plan.load.period_s, s.hb_phase
-        return -math.inf if t < phi else phi + math.floor((t - phi) / h + 1e-12) * h
+        """The latest heartbeat round of ``s`` at or before ``t`` (-inf before the first)."""
+        j = math.floor(t / self.plan.load.period_s)
+        for k in (j, j - 1):
+            if k >= 0 and self._tick(s, k) <= t:
+                return self._tick(s, k)
+        return -math.inf
+
+    def _next_tick(self, s: _Sched, t: float) -> float:
+        j = math.floor(t / self.plan.load.period_s)
+        for k in (j, j + 1):
+            if self._tick(s, k) > t:
+                return self._tick(s, k)
+        return self._tick(s, j + 2)
+
+    def _ticks(self, s: _Sched, start: float, end: float) -> int:
+        """Heartbeat rounds of ``s`` in [start, end)."""
+        h = self.plan.load.period_s
+        return sum(1 for k in range(max(0, math.floor(start / h)), math.floor(end / h) + 1) if start <= self._tick(s, k) < end)
 
     def _record_load(self, node: Node) -> None:
         times, loads = self._hist[node.index]
@@ -845,7 +871,7 @@ class PlanSim:
             s.failed += 1
             s.blocked = True
             if s.view is not None:  # learn of room at the next heartbeat
-                nxt = self._last_tick(s, now) + self.plan.load.period_s if now >= s.hb_phase else s.hb_phase
+                nxt = self._next_tick(s, now)
                 if s.wake_at < nxt:
                     s.wake_at = nxt
                     self.loop.at(nxt, ARRIVAL, self._wake, s)
@@ -869,7 +895,8 @@ class PlanSim:
         self.claimed.discard(task)
         if task.status == "pending":
             if node.has_room and node.fits(task):
-                sample = self._sample(task, node, self.forwarded.get(task, decided_at)) if self.record_cr else None
+                sample = (self._sample(task, node, self.forwarded.get(task, decided_at))
+                          if self.record_cr and self.loop.now >= self.cr_from else None)
                 self.cluster.dispatch(task, node)
                 self._record_load(node)
                 self.gp.remove(task)
@@ -945,7 +972,7 @@ class PlanSim:
 
 
 def simulate(plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,
-             cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
+             cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False, cr_from: float = 0.0,
              source: str = "<scenario>") -> SimResult:
     """Run ``plan`` on ``scenario`` and return the result (deterministic for a seed).
 
@@ -955,6 +982,7 @@ def simulate(plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0
     wasted under overload) or its ``start`` (the replay's default); see
     :mod:`ray_adaptive.sim.model`. ``prefill``: start with every node slot
     busy (the steady state of an overloaded cluster), see :meth:`PlanSim._prefill`.
+    ``cr_from``: sample the competitive ratio only from this time on.
     """
     return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
-                   deadline=deadline, prefill=prefill, source=source).run()
+                   deadline=deadline, prefill=prefill, cr_from=cr_from, source=source).run()

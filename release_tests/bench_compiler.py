@@ -1,0 +1,103 @@
+"""Speed of the compiler and the plan simulator.
+
+    python release_tests/bench_compiler.py [--smoke-test] [--out bench_compiler.json]
+
+1. compile: DRF-LB on a 10k-event trace (10,000 tasks of the paper's workload
+   at 700 tasks/s, written to CSV and read back), the default window (400
+   tasks replayed under each of the 12 plans); median of 3. Target: < 0.2 s.
+2. the full default sweep (`ray-adaptive reproduce`: 13 rates x 3 plans + the
+   compiler's choice, 3 simulated seconds each): wall time and simulated
+   events/s. Target: < 10 s.
+3. the simulator alone: events/s of one long run per architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+from ray_adaptive.compiler import Profile, compile_policy
+from ray_adaptive.compiler.estimates import lower
+from ray_adaptive.dsl import load_policy
+from ray_adaptive.reproduce import PAPER, QUICK_RATES, _plans, reproduce
+from ray_adaptive.sim.plan_sim import simulate
+from ray_adaptive.sim.trace import read_trace, write_trace
+
+
+def bench_compile(tasks: int, repeats: int, workers: int = 1) -> dict:
+    policy = load_policy("drf_lb")
+    rate = 700.0
+    trace = PAPER.workload(rate, tasks / rate * 1.05, seed=0).tasks[:tasks]
+    path = os.path.join(tempfile.mkdtemp(), "trace.csv")
+    write_trace(path, trace)
+    reads, compiles, choice = [], [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        specs = read_trace(path)
+        t1 = time.perf_counter()
+        result = compile_policy(policy, trace=specs, workers=workers)
+        t2 = time.perf_counter()
+        reads.append(t1 - t0)
+        compiles.append(t2 - t1)
+        choice = result.choice.estimate.plan.name
+    return {"workers": workers, "trace_events": len(specs), "read_s_median": round(statistics.median(reads), 4),
+            "compile_s_median": round(statistics.median(compiles), 4), "compile_s_all": [round(x, 4) for x in compiles],
+            "plans": len(result.estimates), "window": len(result.window.tasks), "choice": choice}
+
+
+def bench_sweep(quick: bool) -> dict:
+    out = tempfile.mkdtemp()
+    t0 = time.perf_counter()
+    s = reproduce(out, quick=quick, show_progress=False, echo=lambda *_: None)
+    wall = time.perf_counter() - t0
+    return {"quick": quick, "rates": len({r["rate"] for r in s["rows"]}), "runs": len(s["rows"]),
+            "wall_s": round(wall, 2), "sweep_s": round(s["elapsed_s"], 2), "events": s["events"],
+            "events_per_s": round(s["events"] / s["elapsed_s"])}
+
+
+def bench_sim(seconds: float) -> dict:
+    analysis, space = _plans("drf_lb", 12)
+    prof = Profile()
+    sc = PAPER.workload(650, seconds, seed=0)
+    out = {}
+    for name in ("centralized", "decentralized+sync 100ms", "hybrid"):
+        t0 = time.perf_counter()
+        r = simulate(lower(space[name], analysis, prof, 12), sc, cr_every=2)
+        dt = time.perf_counter() - t0
+        out[name] = {"events": r.events, "s": round(dt, 3), "events_per_s": round(r.events / dt)}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke-test", action="store_true", help="1k-event trace, quick sweep, 1 repeat")
+    ap.add_argument("--out", default=None, help="write the figures to this JSON file")
+    args = ap.parse_args()
+    smoke = args.smoke_test
+    cpus = os.cpu_count() or 1
+    figures = {
+        "compile": bench_compile(1_000 if smoke else 10_000, 1 if smoke else 3),
+        "compile_parallel": bench_compile(1_000 if smoke else 10_000, 1 if smoke else 3, workers=cpus),
+        "sweep": bench_sweep(quick=smoke),
+        "simulator": bench_sim(1.0 if smoke else 4.0),
+    }
+    s = figures["sweep"]
+    for c in (figures["compile"], figures["compile_parallel"]):
+        print(f"compile drf_lb, {c['trace_events']:,}-event trace, {c['workers']} process(es): {c['compile_s_median']:.3f} s "
+              f"median (+ {c['read_s_median']:.3f} s reading the CSV; {c['plans']} plans x {c['window']} tasks replayed) "
+              f"-> {c['choice']}")
+    print(f"{'quick' if s['quick'] else 'full default'} sweep: {s['runs']} runs over {s['rates']} rates in {s['sweep_s']:.1f} s "
+          f"({s['events']:,} simulated events, {s['events_per_s']:,} events/s)")
+    for name, x in figures["simulator"].items():
+        print(f"simulator, {name}: {x['events']:,} events in {x['s']:.2f} s ({x['events_per_s']:,} events/s)")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(figures, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
