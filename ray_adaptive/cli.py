@@ -149,7 +149,7 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, lim
 @click.option("--quick", is_flag=True, help="Fewer rates, shorter runs (a few seconds).")
 @click.option("--out", "out_dir", default="out/reproduce", show_default=True, help="Folder for sweep.csv and the PNGs.")
 @click.option("--rates", default=None, help="Comma-separated arrival rates (tasks/s) instead of the default sweep.")
-@click.option("--seconds", type=float, default=None, help="Simulated seconds per run (default 3, quick 1.6).")
+@click.option("--seconds", type=float, default=None, help="Simulated seconds per run (default 2.5, quick 1.6).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-measure", is_flag=True, help="Use the fixed unit compute of the latency model (machine-independent).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")

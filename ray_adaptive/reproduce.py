@@ -52,7 +52,7 @@ __all__ = ["Experiment", "PAPER", "WORKLOADS", "PAPER_PLANS", "sweep", "table1",
 
 #: The paper's three implementations, as names in the compiler's plan space.
 PAPER_PLANS = {"C": "centralized", "D": "decentralized+sync 100ms", "H": "hybrid"}
-DEFAULT_RATES = (150, 250, 350, 380, 410, 440, 470, 500, 540, 580, 650, 750, 900)
+DEFAULT_RATES = (150, 300, 380, 420, 460, 500, 540, 620, 750, 900)
 QUICK_RATES = (200, 350, 430, 490, 650, 850)
 
 
@@ -409,7 +409,7 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rates = tuple(rates or (QUICK_RATES if quick else DEFAULT_RATES))
-    seconds = seconds or (1.6 if quick else 3.0)
+    seconds = seconds or (1.6 if quick else 2.5)
     warmup = min(0.5, seconds / 4)
     profile = Profile()
     if measure:
@@ -432,7 +432,7 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
             bar.set_postfix_str(what)
             bar.update(1)
 
-    rows = sweep(PAPER, rates, seconds, warmup, profile=profile, seed=seed, progress=tick, window=450)
+    rows = sweep(PAPER, rates, seconds, warmup, profile=profile, seed=seed, progress=tick, window=400)
     if bar is not None:
         bar.close()
     elapsed = time.perf_counter() - start
