@@ -66,8 +66,10 @@ def service_ratios(goodput: Mapping[str, float], demands: Mapping[str, float], c
 #     r = 1 + (S - S*) / max(S*, scale)
 #
 # which *is* S / S* whenever S* >= scale, and otherwise measures the regret
-# S - S* in units of `scale`, the policy's typical score on this run (the
-# median |S*| over decisions with S* != 0; 1 if there are none). It is
+# S - S* in units of `scale`, the policy's typical score: the median |score|
+# of the *ideal* scheduler's decisions on the same workload (non-zero ones;
+# 1 if there are none) -- one yardstick for every plan. (Without one, a
+# run's own median |S*| is used.) It is
 # continuous and finite for every finite S, and clamped to >= 1 (a plan's
 # pair that is among the ideal's m is ideal). A decision the ideal deems
 # infeasible (S = inf) counts as `cap`.
