@@ -213,9 +213,14 @@ class _Compiler:
             m, k = base(env), key(env)
             if isinstance(m, dict) and not _is_array(k):
                 return m.get(_scalar_key(k), zero)
-            ms, ks = np.broadcast_arrays(np.asarray(m, dtype=object), np.asarray(k, dtype=object))
-            values = [mm.get(kk, zero) for mm, kk in zip(ms.flat, ks.flat)] if not isinstance(m, dict) else [m.get(kk, zero) for kk in ks.flat]
-            shape = ks.shape
+            if isinstance(m, dict):  # one map (State), a key per lane: the common case
+                shape = np.shape(k)
+                get = m.get
+                values = [get(kk, zero) for kk in (k.tolist() if k.ndim == 1 else k.ravel().tolist())]
+            else:  # a map per lane (a map-typed field)
+                ms, ks = np.broadcast_arrays(np.asarray(m, dtype=object), np.asarray(k, dtype=object))
+                values = [mm.get(kk, zero) for mm, kk in zip(ms.flat, ks.flat)]
+                shape = ks.shape
             if is_vec:
                 lengths = {len(v) for v in values if v is not zero}
                 if len(lengths) > 1:
