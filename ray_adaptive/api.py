@@ -78,6 +78,10 @@ def _cluster_nodes():
     return [n for n in ray.nodes() if n["Alive"]]
 
 
+def _alive_node_ids() -> set:
+    return {n["NodeID"] for n in _cluster_nodes()}
+
+
 def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
@@ -118,7 +122,7 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
             nodes.append(_Node(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields))
         binding = SlotBinding(p.name, {n.id: n.executors + n.queue for n in nodes})
         try:
-            rt = PolicyRuntime(p, plan, Router(p, nodes, binding), binding)
+            rt = PolicyRuntime(p, plan, Router(p, nodes, binding, alive_nodes=_alive_node_ids), binding)
         except BaseException:
             binding.close()
             raise

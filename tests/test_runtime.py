@@ -127,3 +127,20 @@ def test_policies_run_side_by_side_and_shutdown_removes_their_slots(ray_cluster)
     assert resources.created_resources() == {}
     state = resources.get_cluster_state()
     assert not [name for per_node in state.values() for name in per_node if name.startswith("ra-")]
+
+
+def test_a_lost_node_loses_no_task(ray_cluster):
+    extra = ray_cluster.cluster.add_node(num_cpus=2)  # a 5th node, lost below
+    ray_cluster.cluster.wait_for_nodes()
+    try:
+        ra.start("round_robin", queue=0)  # 2 tasks at a time per node
+        fn = ra.policy("round_robin")(where)
+        refs = [fn.remote(i, 2.0) for i in range(10)]  # two on every node, the extra one too
+        time.sleep(0.5)
+        ray_cluster.cluster.remove_node(extra)
+        out = ray.get(refs, timeout=90)
+    finally:
+        ra.shutdown()
+    assert sorted(x for x, _, _ in out) == list(range(10))  # every task's result, exactly once
+    assert extra.node_id not in {node for _, node, _ in out}  # the lost node's tasks ran elsewhere
+    assert resources.created_resources() == {}

@@ -51,6 +51,13 @@ class SlotBinding:
         merged[self.slots[node_id].resource] = 1
         return {"resources": merged}
 
+    def rehome(self, node_id: str, host_id: str) -> None:
+        """Move ``node_id``'s slot to ``host_id`` (after ``node_id`` died): tasks bound to
+        the dead node -- Ray's retries of those that were running, those still queued --
+        then run on the host instead of waiting forever for a resource that is gone."""
+        slot = self.slots[node_id]
+        self._scope.set_resource(slot.resource, slot.capacity, node_spec=host_id)
+
     def close(self) -> None:
         """Remove every slot resource (idempotent)."""
         self._scope.close()

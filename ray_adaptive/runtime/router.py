@@ -41,6 +41,7 @@ class _Node:
     resources: dict
     fields: dict = field(default_factory=dict)
     load: int = 0  # outstanding tasks this router sent here
+    alive: bool = True
 
     @property
     def available(self) -> dict:
@@ -48,7 +49,7 @@ class _Node:
 
     @property
     def has_room(self) -> bool:
-        return self.load < self.executors + self.queue
+        return self.alive and self.load < self.executors + self.queue
 
 
 @dataclass
@@ -74,13 +75,18 @@ class RouterStats:
 class Router:
     """Pending queue + policy + binding for one policy in one process."""
 
-    def __init__(self, policy: Policy, nodes: List[_Node], binding: SlotBinding, record_latency: bool = True):
+    NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes
+
+    def __init__(self, policy: Policy, nodes: List[_Node], binding: SlotBinding, record_latency: bool = True,
+                 alive_nodes: Optional[Callable[[], set]] = None):
         self.policy = policy
         self.nodes = nodes
         self.binding = binding
         self.interp = Interpreter(policy, num_nodes=len(nodes))
         self.stats = RouterStats()
         self._record = record_latency
+        self._alive_nodes = alive_nodes
+        self._next_node_check = time.monotonic() + self.NODE_CHECK_S
         self._pending: List[_Task] = []
         self._keys: List[tuple] = []
         self._ids = itertools.count()
@@ -182,10 +188,31 @@ class Router:
             self._apply_completions(block=0.005)
         return future.result()
 
+    def check_nodes(self) -> List[str]:
+        """Stop deciding for nodes that died and move their slots to live nodes (the
+        least loaded), so that no task bound to a dead node is lost. Returns the dead."""
+        if self._alive_nodes is None:
+            return []
+        alive = self._alive_nodes()
+        with self._cond:
+            dead = [n for n in self.nodes if n.alive and n.id not in alive]
+            for n in dead:
+                n.alive = False
+            hosts = [n for n in self.nodes if n.alive]
+        for n in dead:
+            if hosts:
+                host = min(hosts, key=lambda h: (h.load, h.index))
+                self.binding.rehome(n.id, host.id)
+        return [n.id for n in dead]
+
     def _run(self) -> None:
-        """The dispatcher thread: completions while no caller is waiting in :meth:`wait`."""
+        """The dispatcher thread: completions while no caller is waiting in :meth:`wait`,
+        and, every NODE_CHECK_S, dead nodes."""
         while True:
             self._apply_completions(block=0.05)
+            if time.monotonic() >= self._next_node_check:
+                self._next_node_check = time.monotonic() + self.NODE_CHECK_S
+                self.check_nodes()
             with self._cond:
                 if self._closed and not any(n.load for n in self.nodes):
                     return
