@@ -56,6 +56,11 @@ class PolicyRuntime:
     def name(self) -> str:
         return self.policy.name
 
+    @property
+    def monitor(self):
+        """The :class:`~ray_adaptive.monitor.Monitor` of this runtime."""
+        return self.router.monitor
+
     def stats(self) -> dict:
         """Counts so far and decision latency percentiles (seconds)."""
         s = self.router.stats
@@ -83,7 +88,8 @@ def _alive_node_ids() -> set:
 
 
 def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[int] = None, queue: int = 2,
-          node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None) -> PolicyRuntime:
+          node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
+          metrics_every_s: Optional[float] = 5.0) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
@@ -93,6 +99,10 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
         executors: tasks each node runs at once (default: its CPU count).
         queue: tasks each node may hold waiting besides those running.
         node_fields: node id -> values of the policy's ``Node:`` fields.
+        group_by: the Task field the monitor groups figures by (default:
+            ``tenant`` when the policy has one).
+        metrics_every_s: how often the monitor sets the Ray metrics
+            (``ray_adaptive_*``); None: never.
 
     Example::
 
@@ -100,6 +110,7 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
         ...
         ra.shutdown()
     """
+    from ray_adaptive.monitor import Monitor
     from ray_adaptive.runtime.binding import SlotBinding
     from ray_adaptive.runtime.router import Router, _Node
 
@@ -111,6 +122,13 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
     if not isinstance(queue, int) or queue < 0:
         raise ValueError(f"queue must be a non-negative int, got {queue!r}")
     node_fields = dict(node_fields or {})
+    task_fields = [f.name for f in p.task_fields]
+    if group_by is None and "tenant" in task_fields:
+        group_by = "tenant"
+    if group_by is not None and group_by not in task_fields:
+        raise ValueError(f"group_by={group_by!r} is not a Task field of policy {p.name!r} ({', '.join(task_fields) or 'none'})")
+    if metrics_every_s is not None and not metrics_every_s > 0:
+        raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
     with _lock:
         if p.name in _runtimes:
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
@@ -122,7 +140,9 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
             nodes.append(_Node(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields))
         binding = SlotBinding(p.name, {n.id: n.executors + n.queue for n in nodes})
         try:
-            rt = PolicyRuntime(p, plan, Router(p, nodes, binding, alive_nodes=_alive_node_ids), binding)
+            router = Router(p, nodes, binding, alive_nodes=_alive_node_ids,
+                            monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s)
+            rt = PolicyRuntime(p, plan, router, binding)
         except BaseException:
             binding.close()
             raise

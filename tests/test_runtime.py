@@ -144,3 +144,33 @@ def test_a_lost_node_loses_no_task(ray_cluster):
     assert sorted(x for x, _, _ in out) == list(range(10))  # every task's result, exactly once
     assert extra.node_id not in {node for _, node, _ in out}  # the lost node's tasks ran elsewhere
     assert resources.created_resources() == {}
+
+
+def test_the_monitor_measures_the_run_and_feeds_the_compiler(running, tmp_path):
+    from ray_adaptive.compiler import compile_policy
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.sim.trace import read_trace
+
+    rt = running("drf_lb", executors=1, queue=1)
+    fn = ra.policy("drf_lb")(where)
+    futures = [fn.options(task={"tenant": t, "resource_vec": VEC}).submit(i, 0.02)
+               for i, t in enumerate(["greedy", "greedy", "greedy", "a", "b"] * 12)]
+    ray.get([f.result(timeout=60) for f in futures])
+    deadline = time.monotonic() + 10
+    while rt.monitor.snapshot()["finished"] < 60 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    snap = rt.monitor.snapshot(rt.router)
+    assert snap["group_by"] == "tenant" and snap["finished"] == 60
+    groups = snap["groups"]
+    assert {g: groups[g]["arrivals"] for g in groups} == {"a": 12, "b": 12, "greedy": 36}
+    assert groups["greedy"]["rate_per_s"] > 2 * groups["a"]["rate_per_s"]
+    assert all(g["duration_mean_s"] >= 0.02 for g in groups.values())  # dispatch to finish covers the run
+    assert snap["pending"] == 0 and sum(snap["outstanding"].values()) == 0
+    rt.monitor.export(rt.router)  # sets the ray_adaptive_* Ray metrics
+
+    path = tmp_path / "run.csv"
+    assert rt.monitor.write_trace(path) == 60
+    trace = read_trace(path)
+    assert sorted(t.fields["tenant"] for t in trace).count("greedy") == 36
+    result = compile_policy(load_policy("drf_lb"), trace=trace, measure=False, window=60)
+    assert result.choice.estimate.plan.architecture in ("centralized", "decentralized", "hybrid")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.monitor import Monitor, TaskRecord
 from ray_adaptive.runtime.binding import SlotBinding
 
 
@@ -62,6 +63,7 @@ class _Task:
     launch: Callable[[str], Any]  # node id -> ObjectRef of the task submitted there
     future: Future = field(default_factory=Future)
     node: Optional[_Node] = None
+    dispatched_at: float = 0.0
 
 
 @dataclass
@@ -78,7 +80,8 @@ class Router:
     NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes
 
     def __init__(self, policy: Policy, nodes: List[_Node], binding: SlotBinding, record_latency: bool = True,
-                 alive_nodes: Optional[Callable[[], set]] = None):
+                 alive_nodes: Optional[Callable[[], set]] = None, monitor: Optional[Monitor] = None,
+                 metrics_every_s: Optional[float] = None):
         self.policy = policy
         self.nodes = nodes
         self.binding = binding
@@ -86,6 +89,9 @@ class Router:
         self.stats = RouterStats()
         self._record = record_latency
         self._alive_nodes = alive_nodes
+        self.monitor = monitor
+        self._metrics_every = metrics_every_s
+        self._next_metrics = time.monotonic() + (metrics_every_s or 0.0)
         self._next_node_check = time.monotonic() + self.NODE_CHECK_S
         self._pending: List[_Task] = []
         self._keys: List[tuple] = []
@@ -115,6 +121,8 @@ class Router:
             self._keys.insert(i, key)
             self._pending.insert(i, task)
             self.stats.submitted += 1
+            if self.monitor is not None:
+                self.monitor.arrived(task.arrival, fields)
             self.interp.run_hook("OnArrival", task, None, task.arrival)
             chosen = self._decide()  # the fast path: decide in the caller's thread
         self._launch(chosen)
@@ -137,7 +145,7 @@ class Router:
             task, node = self._pending[i], candidates[j]
             del self._pending[i], self._keys[i]
             node.load += 1
-            task.node = node
+            task.node, task.dispatched_at = node, now
             self.interp.run_hook("OnDispatch", task, node, now)
             if self._record:
                 self.stats.decision_s.append(time.perf_counter() - start)
@@ -177,6 +185,8 @@ class Router:
                 task.node.load -= 1
                 self.stats.finished += 1
                 self.interp.run_hook("OnFinish", task, task.node, now)
+                if self.monitor is not None:
+                    self.monitor.finished(TaskRecord(task.id, task.arrival, task.dispatched_at, now, task.node.id, task.fields))
             chosen = [] if self._closed else self._decide()
         self._launch(chosen)
         return True
@@ -213,6 +223,9 @@ class Router:
             if time.monotonic() >= self._next_node_check:
                 self._next_node_check = time.monotonic() + self.NODE_CHECK_S
                 self.check_nodes()
+            if self._metrics_every and self.monitor is not None and time.monotonic() >= self._next_metrics:
+                self._next_metrics = time.monotonic() + self._metrics_every
+                self.monitor.export(self)
             with self._cond:
                 if self._closed and not any(n.load for n in self.nodes):
                     return

@@ -1,0 +1,162 @@
+"""The monitor: what a running policy sees of its workload, for people and for the compiler.
+
+A :class:`Monitor` is fed by the runtime's router (arrivals, decisions,
+completions) and gives:
+
+* :meth:`Monitor.snapshot` -- per tenant (or any task field named by
+  ``group_by``) arrival rate and burstiness (the squared coefficient of
+  variation of inter-arrival times: 1 for Poisson, above 1 for bursts), task
+  durations, decision latency, the pending queue and each node's
+  outstanding tasks;
+* :meth:`Monitor.write_trace` -- the run as a trace file (CSV/Parquet, the
+  format of :mod:`ray_adaptive.sim.trace`) that ``ray-adaptive compile
+  --trace`` reads, so the compiler decides on the measured workload;
+* :meth:`Monitor.export` -- the same figures as Ray metrics
+  (``ray.util.metrics``), for the dashboard / Prometheus.
+
+A task's ``duration`` here is measured from dispatch to completion as its
+submitter sees it: an upper bound of its run time that includes any wait at
+the node.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional
+
+from ray_adaptive.sim.model import TaskSpec
+
+__all__ = ["Monitor", "TaskRecord"]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    id: str
+    arrival: float
+    dispatched_at: float
+    finished_at: float
+    node: str
+    fields: dict = field(default_factory=dict)
+    submitter: str = ""
+
+
+def _pct(values: List[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _burstiness(arrivals: List[float]) -> Optional[float]:
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    if len(gaps) < 2:
+        return None
+    mean = statistics.fmean(gaps)
+    return statistics.pvariance(gaps) / (mean * mean) if mean > 0 else None
+
+
+class Monitor:
+    """Records a policy runtime's tasks (the last ``keep`` of them) and summarises them.
+
+    Example::
+
+        rt = ra.start("drf_lb")
+        ...                                   # submit tasks
+        print(rt.monitor.snapshot()["groups"])
+        rt.monitor.write_trace("run.csv")     # then: ray-adaptive compile drf_lb --trace run.csv
+    """
+
+    def __init__(self, policy_name: str, group_by: Optional[str] = None, keep: int = 100_000):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.policy_name = policy_name
+        self.group_by = group_by
+        self._done: Deque[TaskRecord] = deque(maxlen=keep)
+        self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
+        self._lock = threading.Lock()
+        self._metrics = None
+
+    # -- fed by the router (cheap: an append under a lock) --------------------
+    def arrived(self, t: float, fields: dict) -> None:
+        group = str(fields.get(self.group_by, "")) if self.group_by else ""
+        with self._lock:
+            self._arrivals.append((t, group))
+
+    def finished(self, record: TaskRecord) -> None:
+        with self._lock:
+            self._done.append(record)
+
+    # -- read ------------------------------------------------------------------
+    def records(self) -> List[TaskRecord]:
+        with self._lock:
+            return list(self._done)
+
+    def snapshot(self, router=None, window_s: Optional[float] = None) -> dict:
+        """Figures of the recorded run (the last ``window_s`` seconds of arrivals, if given)."""
+        with self._lock:
+            arrivals = list(self._arrivals)
+            done = list(self._done)
+        arrivals.sort()
+        if window_s is not None and arrivals:
+            since = arrivals[-1][0] - window_s
+            arrivals = [a for a in arrivals if a[0] >= since]
+            done = [d for d in done if d.arrival >= since]
+        groups: Dict[str, dict] = {}
+        span = (arrivals[-1][0] - arrivals[0][0]) if len(arrivals) > 1 else 0.0
+        for g in sorted({g for _, g in arrivals}):
+            times = [t for t, gg in arrivals if gg == g]
+            durations = [d.finished_at - d.dispatched_at for d in done
+                         if (str(d.fields.get(self.group_by, "")) if self.group_by else "") == g]
+            groups[g] = {
+                "arrivals": len(times),
+                "rate_per_s": round(len(times) / span, 3) if span > 0 else 0.0,
+                "burstiness": _burstiness(times),
+                "finished": len(durations),
+                "duration_mean_s": statistics.fmean(durations) if durations else 0.0,
+                "duration_p99_s": _pct(durations, 0.99),
+            }
+        out = {"policy": self.policy_name, "group_by": self.group_by, "span_s": span,
+               "arrivals": len(arrivals), "finished": len(done),
+               "rate_per_s": round(len(arrivals) / span, 3) if span > 0 else 0.0, "groups": groups}
+        if router is not None:
+            lat = list(router.stats.decision_s)
+            out.update({"pending": router.pending, "outstanding": router.outstanding(),
+                        "decision_p50_s": _pct(lat, 0.5), "decision_p99_s": _pct(lat, 0.99)})
+        return out
+
+    def write_trace(self, path) -> int:
+        """Write the finished tasks as a trace (arrival, measured duration, fields); returns rows."""
+        from ray_adaptive.sim.trace import write_trace
+
+        done = sorted(self.records(), key=lambda r: (r.arrival, r.id))
+        specs = [TaskSpec(r.id, r.arrival, max(r.finished_at - r.dispatched_at, 0.0), fields=dict(r.fields),
+                          submitter=r.submitter) for r in done]
+        write_trace(path, specs)
+        return len(specs)
+
+    def export(self, router=None) -> None:
+        """Set the Ray metrics ``ray_adaptive_*`` (tagged with the policy) from a snapshot."""
+        from ray.util import metrics
+
+        if self._metrics is None:
+            tags = ("policy",)
+            self._metrics = {
+                "arrival_rate": metrics.Gauge("ray_adaptive_arrival_rate", "tasks/s arriving", tags),
+                "pending": metrics.Gauge("ray_adaptive_pending", "tasks waiting for a decision", tags),
+                "outstanding": metrics.Gauge("ray_adaptive_outstanding", "tasks queued or running on nodes", tags),
+                "decision_p99": metrics.Gauge("ray_adaptive_decision_p99_s", "decision latency p99", tags),
+                "task_duration": metrics.Gauge("ray_adaptive_task_duration_s", "mean dispatch-to-finish", tags),
+            }
+        snap = self.snapshot(router, window_s=10.0)
+        tag = {"policy": self.policy_name}
+        m = self._metrics
+        m["arrival_rate"].set(snap["rate_per_s"], tag)
+        durations = [g["duration_mean_s"] for g in snap["groups"].values() if g["finished"]]
+        m["task_duration"].set(statistics.fmean(durations) if durations else 0.0, tag)
+        if router is not None:
+            m["pending"].set(snap["pending"], tag)
+            m["outstanding"].set(sum(snap["outstanding"].values()), tag)
+            m["decision_p99"].set(snap["decision_p99_s"], tag)
