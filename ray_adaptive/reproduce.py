@@ -30,15 +30,13 @@ exceeds what its scheduler wins, so JFI falls later and gradually.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-import numpy as np
 
 from ray_adaptive.compiler import PlanSpace, Profile, analyze, compile_policy, enumerate_plans, lower
 from ray_adaptive.compiler.estimates import effective_parallelism, estimate_cost
@@ -263,7 +261,6 @@ def table1(rows: Sequence[dict], gp_tol: float = 0.03, jfi_tol: float = 0.01) ->
         if len(runs) < 3:
             continue
         gp = _relation({k: r["goodput"] for k, r in runs.items()}, gp_tol)
-        fair = {k: r["jfi"] if r["within_limit_sim"] else min(r["jfi"], 0.0 + r["jfi"] - 1.0) for k, r in runs.items()}
         fair_rel = _relation({k: (1.0 if r["within_limit_sim"] else 0.0) for k, r in runs.items()}, 0.0)
         ok = {k: r for k, r in runs.items() if r["within_limit_sim"]} or runs
         top = max(r["goodput"] for r in ok.values())

@@ -23,7 +23,7 @@ import time
 from ray_adaptive.compiler import Profile, compile_policy
 from ray_adaptive.compiler.estimates import lower
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.reproduce import PAPER, QUICK_RATES, _plans, reproduce
+from ray_adaptive.reproduce import PAPER, _plans, reproduce
 from ray_adaptive.sim.plan_sim import simulate
 from ray_adaptive.sim.trace import read_trace, write_trace
 

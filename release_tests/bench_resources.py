@@ -84,7 +84,7 @@ def bench_throughput(tasks: int, repeats: int):
     ray.get([noop.options(resources={"bench_slot": 1}).remote() for _ in range(200)])
     plain, ephemeral = [], []
     for _ in range(repeats):
-        for label, opts, out in (("plain", {}, plain), ("ephemeral", {"resources": {"bench_slot": 1}}, ephemeral)):
+        for opts, out in (({}, plain), ({"resources": {"bench_slot": 1}}, ephemeral)):
             f = noop.options(**opts) if opts else noop
             t = time.perf_counter()
             ray.get([f.remote() for _ in range(tasks)])
@@ -174,10 +174,7 @@ def main() -> None:
     args = ap.parse_args()
     calls, tasks, repeats, gang_repeats = (100, 300, 1, 2) if args.smoke_test else (1000, 2000, 3, 7)
 
-    import ray
-
     from ray_adaptive import resources
-
     from ray_adaptive.local_cluster import start_local_cluster
 
     config = {"raylet_report_resources_period_milliseconds": args.report_ms} if args.report_ms else None

@@ -1,6 +1,5 @@
 """Stages 2-4 of the compiler: plan enumeration, the latency model, lowering, the choice."""
 
-import math
 
 import pytest
 

@@ -10,7 +10,7 @@ from ray_adaptive.compiler import PlanSpace, Profile, analyze, enumerate_plans, 
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.sim import metrics, replay, scenario_from_dict
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.sim.plans import LoadView, RoleCosts, SimPlan, Sync
+from ray_adaptive.sim.plans import SimPlan, Sync
 from ray_adaptive.sim.trace import read_trace, write_trace
 from ray_adaptive.sim.workload import Tenant, paper_workload, tenant_workload
 

@@ -3,7 +3,6 @@
 from collections import Counter
 
 import numpy as np
-import pytest
 
 from ray_adaptive.dsl import load_policy, shipped_policies
 from ray_adaptive.sim import Replay, scenario_from_dict

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from ray_adaptive.dsl.ir import BOOL, FLOAT, INT, STRING, Type, map_of, vec
+from ray_adaptive.dsl.ir import FLOAT, INT, STRING, Type, map_of, vec
 
 #: Attributes every task has, besides the fields its policy declares in ``Task:``.
 TASK_ATTRIBUTES: dict[str, Type] = {

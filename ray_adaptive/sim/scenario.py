@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.errors import ScenarioError
