@@ -191,7 +191,7 @@ class PolicyFunction:
         self._task = dict(task or {})
         self._options = dict(options or {})
         self._bound: dict = {}
-        self._bound_key: Optional[int] = None
+        self._bound_key: Optional[tuple] = None
 
     def options(self, task: Optional[Mapping[str, Any]] = None, **ray_options) -> "PolicyFunction":
         """Ray's own task options plus ``task=``, the policy's Task fields."""
@@ -216,9 +216,10 @@ class PolicyFunction:
         return rt.router.submit(dict(self._task), launch)
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
-        """node id -> this function with its options and that node's slot, made once:
-        Ray's ``.options()`` costs more than the decision itself."""
-        key = id(rt)
+        """node id -> this function with its options and that node's slot, made once per
+        runtime: Ray's ``.options()`` costs more than the decision itself. Keyed by the
+        exact node -> slot mapping, so a restarted policy never reuses a stale binding."""
+        key = tuple((node, slot.resource) for node, slot in rt.binding.slots.items())
         if self._bound_key != key:
             user_resources = self._options.get("resources") or {}
             base = {k: v for k, v in self._options.items() if k != "resources"}

@@ -174,3 +174,31 @@ def test_the_monitor_measures_the_run_and_feeds_the_compiler(running, tmp_path):
     assert sorted(t.fields["tenant"] for t in trace).count("greedy") == 36
     result = compile_policy(load_policy("drf_lb"), trace=trace, measure=False, window=60)
     assert result.choice.estimate.plan.architecture in ("centralized", "decentralized", "hybrid")
+
+
+def test_a_restarted_policy_binds_to_its_new_slots(ray_cluster):
+    fn = ra.policy("least_loaded")(where)
+    for round_ in range(3):  # the same PolicyFunction across runtimes
+        ra.start("least_loaded", queue=0)
+        try:
+            out = ray.get([fn.remote(i, 0.2) for i in range(8)], timeout=60)
+        finally:
+            ra.shutdown()
+        assert sorted(collections.Counter(n for _, n, _ in out).values()) == [2, 2, 2, 2], round_
+
+
+def test_a_refused_submission_reaches_the_caller_and_frees_its_slot(running):
+    rt = running("fifo", queue=0)
+
+    @ra.policy("fifo")
+    @ray.remote(num_cpus=1)
+    def echo(x):
+        return x
+
+    with pytest.raises(TypeError):
+        echo.remote(1, 2, 3)  # Ray refuses: echo takes one argument
+    assert ray.get(echo.remote(7)) == 7
+    deadline = time.monotonic() + 10
+    while sum(rt.router.outstanding().values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sum(rt.router.outstanding().values()) == 0 and rt.stats()["finished"] == 1

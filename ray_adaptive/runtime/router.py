@@ -64,6 +64,7 @@ class _Task:
     future: Future = field(default_factory=Future)
     node: Optional[_Node] = None
     dispatched_at: float = 0.0
+    launched: bool = False  # False if Ray refused the submission
 
 
 @dataclass
@@ -162,6 +163,7 @@ class Router:
                 self._done.put(task)
                 task.future.set_exception(err)
                 continue
+            task.launched = True
             with self._cond:
                 self.stats.dispatched += 1
             task.future.set_result(ref)
@@ -183,8 +185,10 @@ class Router:
             now = self.now()
             for task in finished:
                 task.node.load -= 1
-                self.stats.finished += 1
                 self.interp.run_hook("OnFinish", task, task.node, now)
+                if not task.launched:  # Ray refused it: the caller has the error
+                    continue
+                self.stats.finished += 1
                 if self.monitor is not None:
                     self.monitor.finished(TaskRecord(task.id, task.arrival, task.dispatched_at, now, task.node.id, task.fields))
             chosen = [] if self._closed else self._decide()
