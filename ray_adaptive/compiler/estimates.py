@@ -245,18 +245,35 @@ def ideal_scale(policy: ir.Policy, window: Scenario) -> float:
 
 
 def _replay(args) -> dict:
-    """One plan's replay, summarised (runs in a worker process when the compiler fans out)."""
-    sim_plan, window, seed, prefill, cr_from, scale, limit, arch = args
+    """One plan's replay, reduced to what its estimates need (runs in a worker process when the compiler fans out).
+
+    The score scale is applied by :func:`_summarise`, so replays need not wait for :func:`ideal_scale`.
+    """
+    sim_plan, window, seed, prefill, cr_from, arch = args
     r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from)
-    cr = M.competitive_ratio(r.cr_impl, r.cr_ideal, scale=scale, limit=limit)
-    mt = r.metrics(cr_scale=scale)
+    mt = r.metrics()
     role = "selector" if arch != "decentralized" else "scheduler"
     decided = sum(s.decisions for s in r.schedulers if s.role == role)
     attempts = sum(s.attempts for s in r.schedulers if s.role == role)
+    return {"cr_impl": r.cr_impl, "cr_ideal": r.cr_ideal, "replay_goodput": mt.goodput, "replay_jfi": mt.jfi,
+            "bounces": mt.bounces, "attempts_per_decision": round(attempts / decided, 3) if decided else None}
+
+
+def _summarise(raw: dict, scale: float, limit: Optional[float]) -> dict:
+    cr = M.competitive_ratio(raw["cr_impl"], raw["cr_ideal"], scale=scale, limit=limit)
     return {"cr": cr, "quality": {
         "p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"], "scale": cr["scale"],
-        "replay_goodput": mt.goodput, "replay_jfi": mt.jfi, "bounces": mt.bounces,
-        "attempts_per_decision": round(attempts / decided, 3) if decided else None}}
+        "replay_goodput": raw["replay_goodput"], "replay_jfi": raw["replay_jfi"], "bounces": raw["bounces"],
+        "attempts_per_decision": raw["attempts_per_decision"]}}
+
+
+def _ideal_scale_job(args) -> float:
+    return ideal_scale(*args)
+
+
+def _job(args):
+    kind, payload = args
+    return _ideal_scale_job(payload) if kind == "scale" else _replay(payload)
 
 
 def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile: Profile, window: Scenario,
@@ -270,17 +287,21 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     """
     nodes = len(window.nodes)
     cr_from = window.tasks[int(len(window.tasks) * warm)].arrival if window.tasks and warm > 0 else 0.0
-    scale = ideal_scale(analysis.policy, window) if scale is None else scale
-    jobs = [(lower(e.plan, analysis, profile, nodes), window, seed, prefill, cr_from, scale, limit, e.plan.architecture)
+    jobs = [("replay", (lower(e.plan, analysis, profile, nodes), window, seed, prefill, cr_from, e.plan.architecture))
             for e in estimates]
+    if scale is None:  # the ideal replay runs beside the plans'
+        jobs.insert(0, ("scale", (analysis.policy, window)))
     if workers > 1 and len(jobs) > 1:
         import concurrent.futures
         import multiprocessing
 
         with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
                                                     mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_replay, jobs))
+            raw = list(pool.map(_job, jobs))
     else:
-        results = [_replay(j) for j in jobs]
+        raw = [_job(j) for j in jobs]
+    if scale is None:
+        scale, raw = raw[0], raw[1:]
+    results = [_summarise(r, scale, limit) for r in raw]
     return [dataclasses.replace(e, competitive_ratio=r["cr"]["mean"], quality=r["quality"])
             for e, r in zip(estimates, results)]

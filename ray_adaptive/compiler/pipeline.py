@@ -212,6 +212,17 @@ def _profile_batch(window: Scenario, policy: Policy):
     return heads, [Node(s, i) for i, s in enumerate(window.nodes)]
 
 
+def default_workers() -> int:
+    """Processes for the replays: one per CPU, unless forking is unwise here (a pool's worker, other threads)."""
+    import multiprocessing
+    import os
+    import threading
+
+    if multiprocessing.parent_process() is not None or threading.active_count() > 1:
+        return 1
+    return os.cpu_count() or 1
+
+
 def compile_policy(
     policy: Policy,
     *,
@@ -227,7 +238,7 @@ def compile_policy(
     headroom: float = 0.1,
     limit: Optional[float] = None,
     seed: int = 0,
-    workers: int = 1,
+    workers: Optional[int] = None,
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
@@ -235,8 +246,12 @@ def compile_policy(
     time each unit on the interpreter (otherwise every unit costs
     ``profile.default_unit_s``, which makes the result machine-independent).
     ``limit`` overrides the policy's ``[limit=...]``. ``workers``: replay the
-    plans in that many processes (the same result, sooner on several cores).
+    plans in that many processes (the same result, sooner on several cores);
+    default: one per CPU, or 1 inside a worker process or a multi-threaded
+    process (the replays fork).
     """
+    if workers is None:
+        workers = default_workers()
     analysis = analyze(policy)
     scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed)
     profile = profile or Profile()

@@ -287,7 +287,7 @@ class _Compiler:
         loc = e.loc
         if fn in ("max", "min"):
             if len(args) == 1:
-                reducer = np.max if fn == "max" else np.min
+                reducer = np.maximum.reduce if fn == "max" else np.minimum.reduce  # np.max/np.min, without their dispatch
                 (a,) = args
 
                 def reduce_vec(env):
@@ -503,8 +503,9 @@ class Interpreter:
         env = _Env(tasks, nodes, self.state, now, self.num_nodes)
         with np.errstate(all="ignore"):
             self._score(env, None)
-            out = np.broadcast_to(np.asarray(env.ret, dtype=float), shape).copy()
-        out[np.isnan(out)] = math.inf
+            out = np.empty(shape)
+            out[...] = env.ret  # broadcast and cast to float in one step
+        np.copyto(out, math.inf, where=np.isnan(out))
         return out
 
     def score(self, task: TaskView, node: NodeView, now: float = 0.0) -> float:
