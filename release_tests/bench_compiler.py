@@ -3,8 +3,9 @@
     python release_tests/bench_compiler.py [--smoke-test] [--out bench_compiler.json]
 
 1. compile: DRF-LB on a 10k-event trace (10,000 tasks of the paper's workload
-   at 700 tasks/s, written to CSV and read back), the default window (400
-   tasks replayed under each of the 12 plans); median of 3. Target: < 0.2 s.
+   at 700 tasks/s, written to CSV and read back), the default window (600
+   tasks replayed under each of the 12 plans); median of 3, in 1 process and
+   in one per CPU (compile_policy's default). Target: < 0.2 s.
 2. the full default sweep (`ray-adaptive reproduce`: 10 rates x 3 plans + the
    compiler's choice, 2.5 simulated seconds each): wall time and simulated
    events/s. Target: < 10 s.
