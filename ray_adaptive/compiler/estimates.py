@@ -42,7 +42,7 @@ from ray_adaptive.compiler.profile import Profile
 from ray_adaptive.compiler.units import NODE, NONE, TASK, Analysis
 from ray_adaptive.dsl import ir
 from ray_adaptive.sim import metrics as M
-from ray_adaptive.sim.plan_sim import SimResult, simulate
+from ray_adaptive.sim.plan_sim import simulate
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.scenario import Scenario
 

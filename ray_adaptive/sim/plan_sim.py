@@ -66,7 +66,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -527,7 +527,7 @@ class PlanSim:
             before = self._copy_state(scratch.state)
             scratch.run_hook(name, task, None, 0.0)
             d = {}
-            for v, kind in self.merge.items():
+            for v in self.merge:
                 old, new = before[v], scratch.state[v]
                 if isinstance(new, dict):
                     changed = {k: x for k, x in new.items() if old.get(k) is not x}
@@ -668,7 +668,6 @@ class PlanSim:
             self.cluster.drop(task)
 
     def _on_leave(self, task: Task) -> None:
-        now = self.loop.now
         self._record_load(task.node)
         if task not in self.warm:
             self.unresolved -= 1
@@ -788,7 +787,6 @@ class PlanSim:
 
     def _item_done(self, s: _Sched, kind: str, payload) -> None:
         s.busy = False
-        now = self.loop.now
         if kind == _FINISH:
             task = payload
             if s.role == "selector" and self.plan.architecture == "hybrid":
