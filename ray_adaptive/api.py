@@ -64,7 +64,7 @@ class PolicyRuntime:
     def stats(self) -> dict:
         """Counts so far and decision latency percentiles (seconds)."""
         s = self.router.stats
-        lat = sorted(s.decision_s)
+        lat = sorted(self.router.decision_latencies())
         pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0)
         return {"submitted": s.submitted, "dispatched": s.dispatched, "finished": s.finished,
                 "pending": self.router.pending, "decision_p50_s": pct(0.5), "decision_p99_s": pct(0.99)}

@@ -122,7 +122,7 @@ class Monitor:
                "arrivals": len(arrivals), "finished": len(done),
                "rate_per_s": round(len(arrivals) / span, 3) if span > 0 else 0.0, "groups": groups}
         if router is not None:
-            lat = list(router.stats.decision_s)
+            lat = router.decision_latencies()
             out.update({"pending": router.pending, "outstanding": router.outstanding(),
                         "decision_p50_s": _pct(lat, 0.5), "decision_p99_s": _pct(lat, 0.99)})
         return out

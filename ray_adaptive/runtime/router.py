@@ -21,9 +21,10 @@ import itertools
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 from ray_adaptive.dsl.ir import Policy
@@ -72,7 +73,8 @@ class RouterStats:
     submitted: int = 0
     dispatched: int = 0
     finished: int = 0
-    decision_s: List[float] = field(default_factory=list)  # per decision, seconds
+    # seconds per decision, the most recent ones only: a runtime lives for days
+    decision_s: Deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
 
 class Router:
@@ -239,6 +241,11 @@ class Router:
     def pending(self) -> int:
         with self._cond:
             return len(self._pending)
+
+    def decision_latencies(self) -> List[float]:
+        """A copy of the recent decision latencies (seconds), taken under the lock."""
+        with self._cond:
+            return list(self.stats.decision_s)
 
     def outstanding(self) -> Dict[str, int]:
         with self._cond:
