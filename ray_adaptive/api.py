@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.dsl.ir import Policy, field_problem
 
 __all__ = ["start", "shutdown", "policy", "PolicyRuntime", "PolicyFunction", "runtime_of"]
 
@@ -170,15 +170,16 @@ def shutdown(name: Optional[str] = None) -> None:
 
 
 def _check_fields(decls, values: Mapping[str, Any], what: str, arg: str) -> None:
-    declared = {d.name: d.type for d in decls}
-    for name in values:
-        if name not in declared:
-            raise TypeError(f"{what}: unknown field {name!r} in {arg}=; the policy declares: {', '.join(declared) or 'none'}")
-    for name, t in declared.items():
-        if name not in values:
-            raise TypeError(f"{what}: field {name!r} ({t}) is missing; pass it in {arg}=")
-        if not t.accepts(values[name]):
-            raise TypeError(f"{what}: field {name!r} must be {t}, got {values[name]!r}")
+    problem = field_problem(decls, values)
+    if problem is None:
+        return
+    kind, name, t = problem
+    if kind == "unknown":
+        declared = ", ".join(d.name for d in decls) or "none"
+        raise TypeError(f"{what}: unknown field {name!r} in {arg}=; the policy declares: {declared}")
+    if kind == "missing":
+        raise TypeError(f"{what}: field {name!r} ({t}) is missing; pass it in {arg}=")
+    raise TypeError(f"{what}: field {name!r} must be {t}, got {values[name]!r}")
 
 
 class PolicyFunction:

@@ -31,3 +31,10 @@ def test_shipped_policies_are_in_the_readme():
 
     for name in shipped_policies():
         assert f"`{name}`" in README, f"policy {name} is not documented in the README"
+
+
+def test_lazy_resource_exports_match_the_resources_module():
+    import ray_adaptive
+    from ray_adaptive import resources
+
+    assert set(ray_adaptive._RESOURCE_EXPORTS) <= set(resources.__all__)

@@ -252,6 +252,29 @@ class FieldDecl:
     loc: Loc = _loc()
 
 
+def field_problem(decls: "tuple[FieldDecl, ...]", values: dict) -> "Optional[tuple[str, str, Optional[Type]]]":
+    """The first mismatch between declared fields and a record's values, or None.
+
+    Returns ``("unknown", name, None)``, ``("missing", name, type)`` or
+    ``("type", name, type)``: callers word the error for their context
+    (a scenario file, a ``task=`` option).
+
+    Example:
+        >>> field_problem((FieldDecl("tenant", STRING),), {"tenant": 3})
+        ('type', 'tenant', Type(kind='string', args=()))
+    """
+    declared = {d.name: d.type for d in decls}
+    for name in values:
+        if name not in declared:
+            return ("unknown", name, None)
+    for name, t in declared.items():
+        if name not in values:
+            return ("missing", name, t)
+        if not t.accepts(values[name]):
+            return ("type", name, t)
+    return None
+
+
 @dataclass(frozen=True)
 class StateDecl:
     name: str

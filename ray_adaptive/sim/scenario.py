@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.dsl.ir import Policy, field_problem
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.sim import model
 from ray_adaptive.sim.model import NodeSpec, TaskSpec
@@ -149,15 +149,15 @@ def load_scenario(path: "str | Path") -> Scenario:
 def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>") -> None:
     """Check that every task/node carries exactly the fields the policy declares, well typed."""
     for kind, decls, entries in (("tasks", policy.task_fields, scenario.tasks), ("nodes", policy.node_fields, scenario.nodes)):
-        declared = {d.name: d.type for d in decls}
         for i, entry in enumerate(entries):
+            problem = field_problem(decls, entry.fields)
+            if problem is None:
+                continue
+            what, name, t = problem
             where = f"{source}: {kind}[{i}] (id {json.dumps(entry.id)})"
-            for name in entry.fields:
-                if name not in declared:
-                    have = ", ".join(declared) or "none"
-                    raise ScenarioError(f"{where}: unknown field '{name}'; policy {policy.name} declares: {have}")
-            for name, t in declared.items():
-                if name not in entry.fields:
-                    raise ScenarioError(f"{where}: missing field '{name}' ({t}) that policy {policy.name} needs")
-                if not t.accepts(entry.fields[name]):
-                    raise ScenarioError(f"{where}: field '{name}' must be {t}, found {json.dumps(entry.fields[name])}")
+            if what == "unknown":
+                have = ", ".join(d.name for d in decls) or "none"
+                raise ScenarioError(f"{where}: unknown field '{name}'; policy {policy.name} declares: {have}")
+            if what == "missing":
+                raise ScenarioError(f"{where}: missing field '{name}' ({t}) that policy {policy.name} needs")
+            raise ScenarioError(f"{where}: field '{name}' must be {t}, found {json.dumps(entry.fields[name])}")
