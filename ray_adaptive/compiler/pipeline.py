@@ -79,8 +79,7 @@ class Compilation:
         for e in self.estimates:
             v = self.choice.verdicts[e.plan.name]
             plans.append({
-                "name": e.plan.name, "architecture": e.plan.architecture,
-                "approximations": list(e.plan.approximations),
+                **e.plan.as_dict(nodes=n),  # what the runtime needs to run any listed plan
                 "latency_s": round(e.latency_s, 7), "throughput": round(e.throughput, 1),
                 "competitive_ratio": round(e.competitive_ratio, 4), "kept": v.kept, "why": v.why,
             })

@@ -117,6 +117,22 @@ class Plan:
     def k(self, nodes: int) -> int:
         return 0 if self.architecture == "centralized" else (self.schedulers or nodes)
 
+    @classmethod
+    def from_dict(cls, d) -> "Plan":
+        """The plan of a plan file entry (:meth:`as_dict`'s output, as ``ray-adaptive compile --json`` writes it)."""
+        try:
+            load, sync = d["load"], d["sync"]
+            return cls(
+                name=str(d["name"]), architecture=str(d["architecture"]),
+                load=LoadView(load["kind"], d=int(load.get("d", 0)), period_s=float(load.get("period_s", 0.0))),
+                sync=Sync(sync["kind"], float(sync.get("period_s", 0.0))),
+                schedulers=0 if d["architecture"] == "centralized" else int(d.get("schedulers", 0)),
+                placement=tuple((str(u), str(w)) for u, w in dict(d["placement"]).items()),
+                state=tuple((str(v), str(w)) for v, w in dict(d.get("state", {})).items()),
+            )
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"not a plan of a plan file (ray-adaptive compile --json): missing or bad {err}") from None
+
     def where(self, unit_id: str) -> Optional[str]:
         return dict(self.placement).get(unit_id)
 
