@@ -34,7 +34,6 @@ from ray_adaptive.dsl.ir import Policy, field_problem
 
 __all__ = ["start", "shutdown", "policy", "PolicyRuntime", "PolicyFunction", "runtime_of"]
 
-PLANS = ("caller",)
 # Options that would take placement away from the policy.
 _PLACEMENT_OPTIONS = ("scheduling_strategy", "placement_group", "placement_group_bundle_index",
                       "placement_group_capture_child_tasks")
@@ -45,34 +44,51 @@ _runtimes: Dict[str, "PolicyRuntime"] = {}
 
 @dataclass
 class PolicyRuntime:
-    """A policy running on the connected cluster (see :func:`start`)."""
+    """A policy running on the connected cluster (see :func:`start`), as this process sees it.
+
+    ``binding`` is None in a process that joined a runtime another one started.
+    """
 
     policy: Policy
-    plan: str
+    plan: Any  # the compiler's Plan
+    why: str
     router: Any
-    binding: Any
+    topology: Any
+    binding: Any = None
 
     @property
     def name(self) -> str:
         return self.policy.name
 
     @property
+    def slots(self) -> Dict[str, str]:
+        return self.topology.slots
+
+    @property
     def monitor(self):
-        """The :class:`~ray_adaptive.monitor.Monitor` of this runtime."""
+        """The :class:`~ray_adaptive.monitor.Monitor` of this process's submissions."""
         return self.router.monitor
 
     def stats(self) -> dict:
-        """Counts so far and decision latency percentiles (seconds)."""
+        """Counts so far (this process's submissions) and decision latency percentiles (seconds)."""
         s = self.router.stats
         lat = sorted(self.router.decision_latencies())
         pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0)
-        return {"submitted": s.submitted, "dispatched": s.dispatched, "finished": s.finished,
-                "pending": self.router.pending, "decision_p50_s": pct(0.5), "decision_p99_s": pct(0.99)}
+        return {"plan": self.plan.name, "architecture": self.plan.architecture, "submitted": s.submitted,
+                "dispatched": s.dispatched, "finished": s.finished, "pending": self.router.pending,
+                "decision_p50_s": pct(0.5), "decision_p99_s": pct(0.99)}
+
+    def export(self) -> dict:
+        """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
+        return {"plan": self.plan.name, "caller": self.router.export(), **self.topology.export()}
 
     def shutdown(self, timeout: float = 60.0) -> None:
-        """Cancel pending tasks, wait up to ``timeout`` s for dispatched ones, remove the slots."""
+        """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
+        process also removes the actors and the slots."""
         self.router.close(timeout)
-        self.binding.close()
+        if self.binding is not None:
+            self.topology.close()
+            self.binding.close()
 
 
 def _cluster_nodes():
@@ -87,15 +103,21 @@ def _alive_node_ids() -> set:
     return {n["NodeID"] for n in _cluster_nodes()}
 
 
-def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[int] = None, queue: int = 2,
+def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] = None,
+          executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
           metrics_every_s: Optional[float] = 5.0) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
-        plan: how decisions are made. ``"caller"``: in the submitting process
-            on the policy's State, no actor in the launch path (the only plan
-            of this version; the compiler-chosen topologies come next).
+        plan: how decisions are made (see :mod:`ray_adaptive.runtime.plan_select`):
+            ``"auto"`` (the compiler's choice for this cluster at ``rate``),
+            ``"centralized"`` (a selector actor), ``"decentralized"`` (each
+            submitting process decides, State synced through a store actor),
+            ``"hybrid"`` (the selector picks the task, placement actors on the
+            nodes pick the node), any plan name ``ray-adaptive compile`` lists,
+            or a plan file (path or dict).
+        rate: the arrival rate (tasks/s) ``"auto"`` compiles for.
         executors: tasks each node runs at once (default: its CPU count).
         queue: tasks each node may hold waiting besides those running.
         node_fields: node id -> values of the policy's ``Node:`` fields.
@@ -106,27 +128,26 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
 
     Example::
 
-        rt = ra.start("least_loaded", queue=1)
+        rt = ra.start("least_loaded", plan="centralized", queue=1)
         ...
         ra.shutdown()
     """
-    from ray_adaptive.monitor import Monitor
+    import ray
+
     from ray_adaptive.runtime.binding import SlotBinding
-    from ray_adaptive.runtime.router import Router, _Node
+    from ray_adaptive.runtime.plan_select import runnable, select_plan
+    from ray_adaptive.runtime.scheduler import NodeState
+    from ray_adaptive.runtime.topology import build
 
     p = policy if isinstance(policy, Policy) else load_policy(policy)
-    if plan not in PLANS:
-        raise ValueError(f"plan {plan!r} is not available in this version; expected one of {', '.join(PLANS)}")
     if executors is not None and (not isinstance(executors, int) or executors < 1):
         raise ValueError(f"executors must be a positive int, got {executors!r}")
     if not isinstance(queue, int) or queue < 0:
         raise ValueError(f"queue must be a non-negative int, got {queue!r}")
+    if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
+        raise ValueError(f"rate must be a positive number of tasks/s, got {rate!r}")
     node_fields = dict(node_fields or {})
-    task_fields = [f.name for f in p.task_fields]
-    if group_by is None and "tenant" in task_fields:
-        group_by = "tenant"
-    if group_by is not None and group_by not in task_fields:
-        raise ValueError(f"group_by={group_by!r} is not a Task field of policy {p.name!r} ({', '.join(task_fields) or 'none'})")
+    group_by = _group_by(p, group_by)
     if metrics_every_s is not None and not metrics_every_s > 0:
         raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
     with _lock:
@@ -137,31 +158,83 @@ def start(policy: "str | Policy", plan: str = "caller", *, executors: Optional[i
             fields = dict(node_fields.get(info["NodeID"], {}))
             _check_fields(p.node_fields, fields, f"node {info['NodeID'][:12]}", "node_fields")
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
-            nodes.append(_Node(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields))
-        binding = SlotBinding(p.name, {n.id: n.executors + n.queue for n in nodes})
+            nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
+        chosen, why = select_plan(p, plan, nodes=len(nodes), executors=nodes[0]["executors"], queue=queue, rate=rate)
+        sim_plan = runnable(p, chosen, len(nodes))
+        binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
+        topology = None
         try:
-            router = Router(p, nodes, binding, alive_nodes=_alive_node_ids,
-                            monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s)
-            rt = PolicyRuntime(p, plan, router, binding)
+            slots = {node: slot.resource for node, slot in binding.slots.items()}
+            topology = build(sim_plan, nodes, slots, ray.get_runtime_context().get_node_id())
+            rt = _runtime(p, chosen, why, topology, group_by, metrics_every_s, binding)
         except BaseException:
+            if topology is not None:
+                topology.close()
             binding.close()
             raise
         _runtimes[p.name] = rt
         return rt
 
 
+def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:
+    task_fields = [f.name for f in p.task_fields]
+    if group_by is None and "tenant" in task_fields:
+        group_by = "tenant"
+    if group_by is not None and group_by not in task_fields:
+        raise ValueError(f"group_by={group_by!r} is not a Task field of policy {p.name!r} ({', '.join(task_fields) or 'none'})")
+    return group_by
+
+
+def _runtime(p: Policy, plan, why: str, topology, group_by, metrics_every_s, binding=None) -> PolicyRuntime:
+    """This process's side of a running topology: a router with this process's decider."""
+    from ray_adaptive.monitor import Monitor
+    from ray_adaptive.runtime.router import Router
+
+    on_dead = None
+    if binding is not None:  # the starting process moves a dead node's slot to a live node
+        def on_dead(node_id: str) -> None:
+            hosts = [n for n in binding.slots if n in _alive_node_ids()]
+            if hosts:
+                binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
+
+    router = Router(p, topology.decider(), alive_nodes=_alive_node_ids, on_dead=on_dead,
+                    monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s)
+    return PolicyRuntime(p, plan, why, router, topology, binding)
+
+
 def runtime_of(name: str) -> PolicyRuntime:
-    """The running runtime of policy ``name``."""
+    """The runtime of policy ``name`` in this process; joins one another process started
+    (a task or actor submitting policy tasks) on first use."""
     with _lock:
         rt = _runtimes.get(name)
+        if rt is None:
+            rt = _join(name)
     if rt is None:
         running = ", ".join(sorted(_runtimes)) or "none"
-        raise RuntimeError(f"policy {name!r} is not running: call ra.start({name!r}) first (running: {running})")
+        raise RuntimeError(f"policy {name!r} is not running: call ra.start({name!r}) first (running here: {running})")
+    return rt
+
+
+def _join(name: str) -> Optional[PolicyRuntime]:
+    """Holds _lock."""
+    import ray
+
+    from ray_adaptive.runtime.topology import join
+
+    if not ray.is_initialized():
+        return None
+    topology = join(name)
+    if topology is None:
+        return None
+    p = topology.plan.policy
+    rt = _runtime(p, topology.plan, "joined", topology, _group_by(p, None), None)
+    _runtimes[name] = rt
     return rt
 
 
 def shutdown(name: Optional[str] = None) -> None:
-    """Stop one policy's runtime (or all): pending tasks are cancelled, slots removed."""
+    """Stop one policy's runtime (or all): undecided tasks are cancelled; the starting process
+    also removes the actors and slots."""
     with _lock:
         names = [name] if name is not None else list(_runtimes)
         targets = [_runtimes.pop(n) for n in names if n in _runtimes]
@@ -220,14 +293,12 @@ class PolicyFunction:
         """node id -> this function with its options and that node's slot, made once per
         runtime: Ray's ``.options()`` costs more than the decision itself. Keyed by the
         exact node -> slot mapping, so a restarted policy never reuses a stale binding."""
-        key = tuple((node, slot.resource) for node, slot in rt.binding.slots.items())
+        key = tuple(rt.slots.items())
         if self._bound_key != key:
             user_resources = self._options.get("resources") or {}
             base = {k: v for k, v in self._options.items() if k != "resources"}
-            self._bound = {
-                node: self._fn.options(**base, resources={**user_resources, **rt.binding.options_for(node)["resources"]})
-                for node in rt.binding.slots
-            }
+            self._bound = {node: self._fn.options(**base, resources={**user_resources, slot: 1})
+                           for node, slot in rt.slots.items()}
             self._bound_key = key
         return self._bound
 

@@ -1,4 +1,9 @@
-"""The caller-side runtime on a real 4-node cluster: placement, exactly-once, fairness, errors."""
+"""The runtime on a real 4-node cluster: placement, exactly-once, fairness, errors.
+
+These run the decentralized plan (decisions in the submitting process; with
+one submitting process its State and loads are exact);
+tests/test_runtime_plans.py runs every architecture.
+"""
 
 import collections
 import time
@@ -19,10 +24,17 @@ def where(x, sleep=0.0):
     return x, ray.get_runtime_context().get_node_id(), start
 
 
+PLAN = "decentralized"
+
+
+def start(policy, **kwargs):
+    return ra.start(policy, plan=PLAN, **kwargs)
+
+
 @pytest.fixture
 def running(ray_cluster):
     """Start policies through this; everything is shut down after the test."""
-    yield ra.start
+    yield start
     ra.shutdown()
     assert resources.created_resources() == {}
 
@@ -110,14 +122,16 @@ def test_bad_task_fields_and_options_are_refused_at_remote(running):
     with pytest.raises(TypeError, match="must decorate a @ray.remote function"):
         ra.policy("drf_lb")(lambda: 1)
     with pytest.raises(ValueError, match="already running"):
-        ra.start("drf_lb")
-    with pytest.raises(ValueError, match="plan 'hybrid' is not available"):
-        ra.start("fifo", plan="hybrid")
+        start("drf_lb")
+    with pytest.raises(ValueError, match="unknown plan 'warp' for policy 'fifo'; expected one of: auto, centralized"):
+        ra.start("fifo", plan="warp")
+    with pytest.raises(FileNotFoundError, match="plan file 'nowhere/plan.json' does not exist"):
+        ra.start("fifo", plan="nowhere/plan.json")
 
 
 def test_policies_run_side_by_side_and_shutdown_removes_their_slots(ray_cluster):
-    ra.start("fifo")
-    ra.start("least_loaded")
+    start("fifo")
+    start("least_loaded")
     names = {name for per_node in resources.get_cluster_state().values() for name in per_node if name.startswith("ra-")}
     assert {n.rsplit("-", 1)[0] for n in names} == {"ra-fifo-slot", "ra-least_loaded-slot"}
     a = ra.policy("fifo")(where).remote(1)
@@ -133,7 +147,7 @@ def test_a_lost_node_loses_no_task(ray_cluster):
     extra = ray_cluster.cluster.add_node(num_cpus=2)  # a 5th node, lost below
     ray_cluster.cluster.wait_for_nodes()
     try:
-        ra.start("round_robin", queue=0)  # 2 tasks at a time per node
+        start("round_robin", queue=0)  # 2 tasks at a time per node
         fn = ra.policy("round_robin")(where)
         refs = [fn.remote(i, 2.0) for i in range(10)]  # two on every node, the extra one too
         time.sleep(0.5)
@@ -179,7 +193,7 @@ def test_the_monitor_measures_the_run_and_feeds_the_compiler(running, tmp_path):
 def test_a_restarted_policy_binds_to_its_new_slots(ray_cluster):
     fn = ra.policy("least_loaded")(where)
     for round_ in range(3):  # the same PolicyFunction across runtimes
-        ra.start("least_loaded", queue=0)
+        start("least_loaded", queue=0)
         try:
             out = ray.get([fn.remote(i, 0.2) for i in range(8)], timeout=60)
         finally:

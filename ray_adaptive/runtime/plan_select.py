@@ -1,0 +1,81 @@
+"""Which plan ``ra.start(policy, plan=...)`` runs, and its runnable form.
+
+``plan`` may be:
+
+* ``"auto"`` -- the compiler's choice for this cluster (its node count,
+  executors and queue) at ``rate`` tasks/s (default: the compiler's default
+  workload for the policy);
+* an architecture, ``"centralized"`` / ``"decentralized"`` / ``"hybrid"`` --
+  that architecture's plan with the fewest approximations, except that a
+  decentralized plan syncs State periodically when the State allows it
+  (a store round trip per decision would put an actor back in the launch
+  path, which is what decentralizing avoids);
+* the name of any plan the compiler enumerates (``"hybrid+power-of-2"``);
+* a plan file (``ray-adaptive compile --json`` output: its choice), as a
+  path or as the parsed dict, or one plan entry of such a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping, Optional, Tuple
+
+from ray_adaptive.compiler.plans import Plan, enumerate_plans
+from ray_adaptive.compiler.units import analyze
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.sim.plans import ARCHITECTURES, SimPlan
+
+__all__ = ["select_plan", "runnable"]
+
+
+def _from_file(policy: Policy, d: Mapping) -> Plan:
+    if "choice" in d:
+        if d.get("policy") not in (None, policy.name):
+            raise ValueError(f"the plan file is for policy {d.get('policy')!r}, not {policy.name!r}")
+        d = d["choice"]
+    return Plan.from_dict(d)
+
+
+def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
+                rate: Optional[float] = None) -> Tuple[Plan, str]:
+    """The plan to run and why (one line)."""
+    if isinstance(plan, Mapping):
+        return _from_file(policy, plan), "given as a plan dict"
+    if not isinstance(plan, str) or not plan:
+        raise TypeError(f"plan must be 'auto', an architecture, a plan name, a plan file path or a dict; got {plan!r}")
+    if plan == "auto":
+        from ray_adaptive.compiler import compile_policy
+
+        c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1)
+        return c.choice.estimate.plan, f"compiler's choice at {c.rate:.0f} tasks/s: {c.choice.why}"
+    if plan.endswith(".json") or os.path.sep in plan:
+        if not os.path.exists(plan):
+            raise FileNotFoundError(f"plan file {plan!r} does not exist")
+        with open(plan) as f:
+            return _from_file(policy, json.load(f)), f"from {plan}"
+    plans, excluded = enumerate_plans(analyze(policy), nodes)
+    if plan in ARCHITECTURES:
+        mine = [p for p in plans if p.architecture == plan]
+        if not mine:
+            why = "; ".join(x.why for x in excluded if x.architecture == plan) or "no such plan"
+            raise ValueError(f"policy {policy.name!r} has no {plan} plan: {why}")
+        best = min(mine, key=lambda p: (plan == "decentralized" and p.sync.kind == "instant", len(p.approximations)))
+        return best, f"the {plan} plan with the fewest approximations"
+    for p in plans:
+        if p.name == plan:
+            return p, "named"
+    names = ", ".join(["auto", *ARCHITECTURES, *(p.name for p in plans)])
+    raise ValueError(f"unknown plan {plan!r} for policy {policy.name!r}; expected one of: {names}, or a plan file")
+
+
+def runnable(policy: Policy, plan: Plan, nodes: int) -> SimPlan:
+    """The plan lowered to what the runtime's roles run (the same lowering the simulator uses)."""
+    from ray_adaptive.compiler.estimates import lower
+    from ray_adaptive.compiler.profile import Profile
+
+    analysis = analyze(policy)
+    if plan.architecture == "hybrid" and not analysis.separability.separable:
+        raise ValueError(f"plan {plan.name!r} needs a separable Score; policy {policy.name!r}'s is not "
+                         f"({analysis.separability.why})")
+    return lower(plan, analysis, Profile(), nodes)

@@ -1,0 +1,60 @@
+"""What each role of a plan runs: lowering a :class:`~ray_adaptive.sim.plans.SimPlan` to role specs.
+
+A plan has at most two roles (the compiler's placement map says which
+units run where):
+
+* ``selector`` -- one instance with the global pending queue: the whole
+  policy (centralized) or the task part of Score with the pool of all slots
+  as its only candidate (hybrid);
+* ``schedulers`` -- k instances: the whole policy on each one's own tasks,
+  State replicated (decentralized), or the node part of Score over the
+  tasks the selector forwards, in order (hybrid).
+
+:func:`role_specs` is the only place that reads the architecture; the
+topology builder hosts whatever specs it gets (see
+:mod:`ray_adaptive.runtime.topology`), the same code for every plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.sim.plans import SimPlan
+
+__all__ = ["RoleSpec", "role_specs"]
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """How to build one role's :class:`~ray_adaptive.runtime.scheduler.Scheduler`."""
+
+    program: Policy
+    hooks: bool = True  # runs OnArrival/OnDispatch/OnFinish on its State
+    fifo: bool = False  # serves tasks in the order received (scores only the head)
+    pool: bool = False  # its one candidate is the pool of all slots (decides the task, not the node)
+    sample_d: int = 0  # power-of-d: nodes scored per decision (0: all)
+    merge: Optional[Dict[str, str]] = None  # replicated State: how pushed changes merge
+    sync_s: float = 0.0  # push changes / pull State every sync_s (0: before every decision batch)
+    heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
+
+
+def role_specs(plan: SimPlan) -> Dict[str, RoleSpec]:
+    """``{"selector": spec, "schedulers": spec}``, with only the roles the plan has."""
+    d = plan.load.d if plan.load.kind == "sample" else 0
+    heartbeat = plan.load.period_s if plan.load.kind == "cached" else 0.0
+    merge = {v: rule for v, rule in plan.merge} or None
+    sync_s = plan.sync.period_s if plan.sync.kind == "periodic" else 0.0
+    if plan.architecture == "centralized":
+        return {"selector": RoleSpec(plan.policy, sample_d=d)}
+    if plan.architecture == "decentralized":
+        return {"schedulers": RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat)}
+    # hybrid: the selector keeps the exact State the task part reads; the placement schedulers
+    # keep a replica only when their node part reads State hooks change (plan.local_state)
+    local = plan.local_state
+    return {
+        "selector": RoleSpec(plan.task_policy, pool=True),
+        "schedulers": RoleSpec(plan.node_policy, hooks=local, fifo=True, sample_d=d, merge=merge if local else None,
+                               sync_s=sync_s, heartbeat_s=heartbeat),
+    }

@@ -1,0 +1,199 @@
+"""One scheduler of a plan, free of Ray: a pending queue, a scoring program, State, a view of nodes.
+
+Every role of every plan is this class, hosted where the plan puts it (the
+submitting process, the selector actor, a placement actor on a node; see
+:mod:`ray_adaptive.runtime.topology`):
+
+* the **program** is what it scores with: the whole policy (centralized,
+  decentralized), the task part of a separable Score (the hybrid's
+  selector, whose only "node" is the pool of all slots), or the node part
+  (the hybrid's placement schedulers, which serve forwarded tasks in order);
+* the **nodes** are :class:`NodeState` views: a node has room while the
+  tasks this scheduler sent there (``own``) plus what the others had there
+  at the last heartbeat (``others``) are under ``executors + queue``, and
+  ``get_load(node)`` reads that same sum;
+* **power-of-d** scores ``d`` random nodes with room per decision instead
+  of all of them;
+* **State** is this scheduler's copy; with ``merge`` (replicated State) its
+  hooks' changes are logged for the next push to the state store.
+
+Decisions use the reference interpreter and tie rules (earlier arrival,
+then task id, then node order), so a scheduler that sees everything decides
+exactly as the ideal scheduler of the simulator.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from ray_adaptive.dsl.interp import Interpreter, argmin_pair
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.runtime.state import DeltaLog, copy_state
+
+__all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
+
+POOL = "pool"  # the node id of the hybrid selector's single candidate: every slot of the cluster
+
+
+@dataclass
+class NodeState:
+    """A node as one scheduler sees it (the interpreter's NodeView)."""
+
+    id: str
+    index: int
+    executors: int
+    queue: int
+    resources: dict
+    fields: dict = field(default_factory=dict)
+    own: int = 0  # tasks this scheduler sent here, not finished yet
+    others: int = 0  # other schedulers' outstanding tasks here, as of the last heartbeat
+    alive: bool = True
+
+    @property
+    def load(self) -> int:
+        return self.own + self.others
+
+    @property
+    def available(self) -> dict:
+        return self.resources
+
+    @property
+    def has_room(self) -> bool:
+        return self.alive and self.own + self.others < self.executors + self.queue
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "index": self.index, "executors": self.executors, "queue": self.queue,
+                "resources": dict(self.resources), "fields": dict(self.fields)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "NodeState":
+        return cls(d["id"], d["index"], d["executors"], d["queue"], dict(d["resources"]), dict(d["fields"]))
+
+
+@dataclass
+class TaskState:
+    """A task as schedulers see it (the interpreter's TaskView); plain data, sent between processes."""
+
+    id: str
+    arrival: float
+    fields: dict
+    origin: str = ""  # the submitting process's client id: where the decision goes back to
+    node: Optional[str] = None  # the node decided
+    hop: int = -1  # the hybrid: the placement scheduler it was forwarded to
+
+    def export(self) -> dict:
+        return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin}
+
+
+class Scheduler:
+    """Pending queue + program + State + node view (see the module doc)."""
+
+    def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
+                 sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0):
+        self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
+        self.nodes = list(nodes)
+        self.by_id = {n.id: n for n in self.nodes}
+        self.hooks = hooks
+        self.fifo = fifo
+        self.sample_d = sample_d
+        self.log = DeltaLog(merge) if merge else None
+        self._rng = random.Random(seed)
+        self._pending: List[TaskState] = []
+        self._keys: List[tuple] = []
+        self.running: Dict[str, TaskState] = {}  # decided, not finished
+        self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
+
+    # ---------------------------------------------------------------- hooks
+    def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
+        if not self.hooks:
+            return
+        if self.log is None:
+            self.interp.run_hook(name, task, node, now)
+            return
+        before = self.log.snapshot(self.interp.state)
+        self.interp.run_hook(name, task, node, now)
+        self.log.record(before, self.interp.state)
+
+    # ---------------------------------------------------------------- queue
+    def add(self, task: TaskState, now: float) -> None:
+        """A task joins the pending queue (ordered by arrival then id; or in order received, ``fifo``)."""
+        if self.fifo:
+            self._pending.append(task)
+        else:
+            key = (task.arrival, task.id)
+            i = bisect.bisect_right(self._keys, key)
+            self._keys.insert(i, key)
+            self._pending.insert(i, task)
+        self._hook("OnArrival", task, None, now)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def _candidates(self) -> List[NodeState]:
+        room = [n for n in self.nodes if n.has_room]
+        if self.sample_d and len(room) > self.sample_d:
+            picks = sorted(self._rng.sample(range(len(room)), self.sample_d))  # node order kept: the tie rule
+            room = [room[i] for i in picks]
+        return room
+
+    def decide(self, now: float) -> List[TaskState]:
+        """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
+        each with ``node`` set. OnDispatch has run for each."""
+        chosen = []
+        start = time.perf_counter()
+        while self._pending:
+            candidates = self._candidates()
+            if not candidates:
+                break
+            rows = self._pending[:1] if self.fifo else self._pending
+            pick = argmin_pair(self.interp.score_matrix(rows, candidates, now))
+            if pick is None:
+                break
+            i, j = pick
+            task, node = self._pending.pop(i), candidates[j]
+            if not self.fifo:
+                del self._keys[i]
+            node.own += 1
+            task.node = node.id
+            self.running[task.id] = task
+            self._hook("OnDispatch", task, node, now)
+            chosen.append(task)
+            end = time.perf_counter()
+            self.decision_s.append(end - start)
+            start = end
+        return chosen
+
+    def finish(self, task_id: str, now: float) -> Optional[TaskState]:
+        """A decided task left its node: free its room and run OnFinish. None if unknown."""
+        task = self.running.pop(task_id, None)
+        if task is None:
+            return None
+        node = self.by_id[task.node]
+        node.own -= 1
+        self._hook("OnFinish", task, node, now)
+        return task
+
+    def cancel_pending(self) -> List[TaskState]:
+        out, self._pending, self._keys = self._pending, [], []
+        return out
+
+    # ---------------------------------------------------------------- views
+    def set_others(self, others: Mapping[str, int]) -> None:
+        """Other schedulers' outstanding tasks per node id (a heartbeat's news)."""
+        for n in self.nodes:
+            n.others = int(others.get(n.id, 0))
+
+    def outstanding(self) -> Dict[str, int]:
+        return {n.id: n.own for n in self.nodes}
+
+    def export(self) -> dict:
+        """Queues and State, for a plan that replaces this one: nothing queued is lost."""
+        return {"pending": [t.export() for t in self._pending],
+                "running": [{**t.export(), "node": t.node} for t in self.running.values()],
+                "state": copy_state(self.interp.state)}

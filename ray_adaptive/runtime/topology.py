@@ -1,0 +1,321 @@
+"""The generic topology builder: a plan's roles become Ray actors and in-process schedulers.
+
+One builder for every plan the compiler emits. :func:`role_specs` says which
+roles the plan has and what each runs; hosting follows from the roles alone:
+
+* a **state store** actor always (named ``ra-<policy>-store``): the registry
+  any process joins the runtime through, and where replicas push State
+  deltas and heartbeats of their loads;
+* a ``selector`` role becomes one **selector actor** (named
+  ``ra-<policy>-selector``); submitting processes are its clients, batching
+  tasks and finish notifications into one call (:class:`RemoteDecider`);
+* a ``schedulers`` role next to a selector becomes k **placement actors**,
+  each pinned to a node (hard node affinity), fed by the selector;
+* a ``schedulers`` role alone (decentralized) runs **in each submitting
+  process** (:class:`LocalDecider`), like Ray Serve's caller-side router:
+  the decision is made where the task is submitted, on a replica of State
+  synced through the store, so no actor sits in the launch path.
+
+Whatever the plan, the submitting process launches each decided task
+itself with its node's slot resource (:mod:`ray_adaptive.runtime.binding`)
+and owns its result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ray_adaptive.runtime.actors import Placement, Selector, StateStore, _Member, make_scheduler
+from ray_adaptive.runtime.roles import RoleSpec, role_specs
+from ray_adaptive.runtime.scheduler import TaskState
+from ray_adaptive.sim.plans import SimPlan
+
+__all__ = ["Topology", "build", "join", "LocalDecider", "RemoteDecider", "NAMESPACE"]
+
+NAMESPACE = "ray_adaptive"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def actor_name(policy_name: str, role: str) -> str:
+    return f"ra-{_SAFE.sub('_', policy_name)}-{role}"
+
+
+def new_client_id() -> str:
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Topology:
+    """The actors of one running plan (handles), and how processes join it."""
+
+    plan: SimPlan
+    specs: Dict[str, RoleSpec]
+    nodes: List[dict]
+    slots: Dict[str, str]  # node id -> slot resource
+    t0: float
+    store: object
+    selector: Optional[object] = None
+    placements: List[object] = field(default_factory=list)
+
+    def config(self) -> dict:
+        return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0}
+
+    def actors(self) -> list:
+        return [a for a in (self.store, self.selector, *self.placements) if a is not None]
+
+    def decider(self) -> "LocalDecider | RemoteDecider":
+        """This process's way of getting decisions."""
+        if self.selector is not None:
+            return RemoteDecider(self.selector, self.nodes, self.t0)
+        return LocalDecider(self.specs["schedulers"], self.nodes, self.store, self.t0)
+
+    def placement_nodes(self) -> List[str]:
+        import ray
+
+        return ray.get([p.where.remote() for p in self.placements])
+
+    def export(self) -> dict:
+        """Queues and State of the actors (the submitting processes export their own)."""
+        import ray
+
+        out = {}
+        if self.selector is not None:
+            out["selector"] = ray.get(self.selector.export.remote())
+        if self.placements:
+            out["placements"] = ray.get([p.export.remote() for p in self.placements])
+        return out
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors():
+            try:
+                ray.kill(a)
+            except Exception:
+                pass  # already gone
+
+
+def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str) -> Topology:
+    """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    specs = role_specs(plan)
+    t0 = time.time()
+    name = plan.policy.name
+    replicated = specs.get("schedulers")
+    merge = replicated.merge if replicated is not None else None
+    initial = make_scheduler(replicated or specs["selector"], nodes).interp.state
+    near_driver = NodeAffinitySchedulingStrategy(driver_node, soft=True)
+    config = {"plan": plan, "nodes": list(nodes), "slots": dict(slots), "t0": t0}
+    store = ray.remote(StateStore).options(
+        name=actor_name(name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=32,
+        scheduling_strategy=near_driver).remote(config, initial, merge)
+    placements, selector = [], None
+    if "selector" in specs:
+        if "schedulers" in specs:
+            k = plan.k(len(nodes))
+            placements = [
+                ray.remote(Placement).options(
+                    num_cpus=0, name=actor_name(name, f"placement-{i}"), namespace=NAMESPACE,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["id"], soft=False),
+                ).remote(i, specs["schedulers"], list(nodes), store, t0)
+                for i in range(k)
+            ]
+        selector = ray.remote(Selector).options(
+            name=actor_name(name, "selector"), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
+            scheduling_strategy=near_driver).remote(specs["selector"], list(nodes), placements, t0)
+    topo = Topology(plan, specs, list(nodes), dict(slots), t0, store, selector, placements)
+    ray.get([a.__ray_ready__.remote() for a in topo.actors()])  # fail here, not at the first task
+    return topo
+
+
+def join(policy_name: str) -> Optional[Topology]:
+    """The topology of a policy started by another process (None if none runs)."""
+    import ray
+
+    try:
+        store = ray.get_actor(actor_name(policy_name, "store"), namespace=NAMESPACE)
+    except ValueError:
+        return None
+    cfg = ray.get(store.config.remote())
+    selector = None
+    specs = role_specs(cfg["plan"])
+    if "selector" in specs:
+        selector = ray.get_actor(actor_name(policy_name, "selector"), namespace=NAMESPACE)
+    return Topology(cfg["plan"], specs, cfg["nodes"], cfg["slots"], cfg["t0"], store, selector)
+
+
+class LocalDecider:
+    """Decisions in this process (a decentralized scheduler): a replica of State, synced through the store."""
+
+    remote = False
+
+    def __init__(self, spec: RoleSpec, nodes: Sequence[dict], store, t0: float):
+        self.client = new_client_id()
+        self._t0 = t0
+        self.sched = make_scheduler(spec, nodes, seed=hash(self.client) & 0xFFFF)
+        self._m = _Member(f"caller-{self.client}", spec, self.sched, store)
+
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        now = self.now()
+        for t in tasks:
+            self.sched.add(t, now)
+        return self.decide()
+
+    def finished(self, ids: Sequence[str]) -> List[TaskState]:
+        now = self.now()
+        for tid in ids:
+            self.sched.finish(tid, now)
+        return self.decide()
+
+    def decide(self) -> List[TaskState]:
+        if self.sched.pending and self._m.due():
+            self._m.sync()
+        return self.sched.decide(self.now())
+
+    def tick(self) -> List[TaskState]:
+        """Called while tasks wait: a heartbeat may show room that finishes elsewhere made."""
+        if self._m.due():
+            self._m.sync()
+            return self.sched.decide(self.now())
+        return []
+
+    def mark_dead(self, node_id: str) -> None:
+        n = self.sched.by_id.get(node_id)
+        if n is not None:
+            n.alive = False
+
+    def node_ids(self) -> List[str]:
+        return [n.id for n in self.sched.nodes]
+
+    def decision_latencies(self) -> List[float]:
+        return list(self.sched.decision_s)
+
+    @property
+    def pending(self) -> int:
+        return self.sched.pending
+
+    def export(self) -> dict:
+        return self.sched.export()
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self._m.store.leave.remote(self._m.member), timeout=5)
+        except Exception:
+            pass
+
+
+class RemoteDecider:
+    """Decisions by the selector actor: tasks go in batches, one call in flight.
+
+    While a call is in flight, new submissions accumulate; the next call
+    carries them all, so a loop of submissions costs one round trip per
+    batch, not per task. Finish notifications go as they are collected (one
+    call per batch of completions), fire and forget.
+    """
+
+    remote = True
+
+    def __init__(self, selector, nodes: Sequence[dict], t0: float):
+        self.client = new_client_id()
+        self._node_ids = [n["id"] for n in nodes]
+        self._t0 = t0
+        self._selector = selector
+        self._cond = threading.Condition()
+        self._out: List[TaskState] = []
+        self._sent: Dict[str, TaskState] = {}  # submitted, not decided yet
+        self._closed = False
+        self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None
+        self.exchanges = itertools.count()
+        self._thread = threading.Thread(target=self._run, name="ra-selector-client", daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        with self._cond:
+            self._out.extend(tasks)
+            self._cond.notify()
+        return []
+
+    def finished(self, ids: Sequence[str]) -> List[TaskState]:
+        # its own call, not queued behind the long poll in flight: the room it frees may be
+        # exactly what that poll waits for
+        if ids:
+            self._selector.finished.remote(list(ids))
+        return []
+
+    def tick(self) -> List[TaskState]:
+        return []
+
+    def _run(self) -> None:
+        import ray
+
+        while True:
+            with self._cond:
+                while not (self._out or self._sent) and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                out, self._out = self._out, []
+                for t in out:
+                    self._sent[t.id] = t
+            try:
+                decided = ray.get(self._selector.exchange.remote(self.client, out))
+                next(self.exchanges)
+            except Exception:  # the selector is gone (shutdown): nothing more will be decided
+                with self._cond:
+                    if self._closed:
+                        return
+                time.sleep(0.05)
+                continue
+            tasks = []
+            with self._cond:
+                for tid, node in decided:
+                    t = self._sent.pop(tid)
+                    t.node = node
+                    tasks.append(t)
+            if tasks:
+                self.on_decided(tasks)
+
+    def mark_dead(self, node_id: str) -> None:
+        self._selector.mark_dead.remote(node_id)
+
+    def node_ids(self) -> List[str]:
+        return list(self._node_ids)
+
+    def decision_latencies(self) -> List[float]:
+        import ray
+
+        return ray.get(self._selector.decision_latencies.remote())
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._out) + len(self._sent)
+
+    def export(self) -> dict:
+        with self._cond:
+            return {"pending": [t.export() for t in (*self._sent.values(), *self._out)]}
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._sent.clear()
+            self._out.clear()
+            self._cond.notify()
+        self._thread.join(timeout=5)
