@@ -39,7 +39,7 @@ import numpy as np
 
 from ray_adaptive.compiler.plans import Plan
 from ray_adaptive.compiler.profile import Profile
-from ray_adaptive.compiler.units import NODE, NONE, TASK, Analysis
+from ray_adaptive.compiler.units import NODE, NONE, TASK, Analysis, score_split
 from ray_adaptive.dsl import ir
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.plan_sim import simulate
@@ -208,7 +208,7 @@ def lower(plan: Plan, analysis: Analysis, profile: Profile, nodes: int) -> SimPl
         name=plan.name, architecture=plan.architecture, policy=policy, load=plan.load, sync=plan.sync,
         central=central, local=local, schedulers=plan.schedulers, task_policy=task_policy, node_policy=node_policy,
         local_state=plan.architecture == "hybrid" and plan.sync.kind != "exact", merge=merge,
-        delta_hooks=analysis.delta_hooks(),
+        delta_hooks=analysis.delta_hooks(), split=score_split(policy),
     )
 
 

@@ -51,10 +51,11 @@ from typing import Iterable, Iterator, Optional
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.printer import format_expr
+from ray_adaptive.sim.scoring import ScoreSplit
 
 __all__ = [
     "Access", "Unit", "StateUpdate", "StateVar", "Separability", "Analysis",
-    "analyze", "split_units", "classify_state", "separability", "expr_reads",
+    "analyze", "split_units", "classify_state", "separability", "score_split", "expr_reads",
 ]
 
 TASK, NODE, JOINT, NONE = "task", "node", "joint", "none"
@@ -553,6 +554,22 @@ def _split_product(e: ir.Binary) -> Optional[tuple[ir.Expr, ir.Expr]]:
     return prod(task), prod(node)
 
 
+def _inlined_return(body: tuple[ir.Stmt, ...]) -> ir.Expr:
+    """The return value of a straight-line body with every local replaced by its definition."""
+    env: dict[str, ir.Expr] = {}
+    ret: Optional[ir.Expr] = None
+    for s in body:
+        if isinstance(s, ir.Assign):
+            value = _inline(s.value, env)
+            if s.op is not None:
+                value = ir.Binary(s.op, env[s.target.name], value, s.target.type)
+            env[s.target.name] = value
+        elif isinstance(s, ir.Return):
+            ret = _inline(s.value, env)
+    assert ret is not None  # the checker guarantees a return on every path
+    return ret
+
+
 def separability(policy: ir.Policy, units: Optional[tuple[Unit, ...]] = None) -> Separability:
     """Is Score ``f(T(task), N(node))`` with ``f`` non-decreasing in T and N? (See :class:`Separability`.)"""
     units = units if units is not None else split_units(policy)
@@ -569,17 +586,7 @@ def separability(policy: ir.Policy, units: Optional[tuple[Unit, ...]] = None) ->
         u = branching[0]
         return Separability(False, "", why=f"{u.id} (line {u.loc.line}) branches on `{format_expr(u.stmt.test)}`; "
                                            "only straight-line joint Scores are split into a task and a node part")
-    env: dict[str, ir.Expr] = {}
-    ret: Optional[ir.Expr] = None
-    for s in body:
-        if isinstance(s, ir.Assign):
-            value = _inline(s.value, env)
-            if s.op is not None:
-                value = ir.Binary(s.op, env[s.target.name], value, s.target.type)
-            env[s.target.name] = value
-        elif isinstance(s, ir.Return):
-            ret = _inline(s.value, env)
-    assert ret is not None  # the checker guarantees a return on every path
+    ret = _inlined_return(body)
     joint_text = format_expr(ret)
 
     terms = _add_terms(ret)
@@ -617,3 +624,35 @@ def analyze(policy: ir.Policy) -> Analysis:
     units = split_units(policy)
     updates, state = classify_state(policy, units)
     return Analysis(policy, units, updates, state, separability(policy, units))
+
+
+def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
+    """Score as ``op(T(task), N(node))`` *exactly as the interpreter computes it*, or None.
+
+    Stricter than :func:`separability`: the (locals-inlined) return value
+    must itself be one ``+``, ``*``, ``max`` or ``min`` of a task-side and a
+    node-side operand, so combining the separately computed parts performs
+    the very operation Score performs (``a + n + b`` is separable, but
+    regrouping it as ``(a + b) + n`` could round differently). The
+    combination must be non-decreasing in the node part for every task part:
+    always for ``+``, ``max``, ``min``; for ``*`` only when the task part is
+    provably >= 0. The simulator's schedulers then decide in O(T + N)
+    (:class:`ray_adaptive.sim.scoring.SplitScoring`).
+    """
+    if any(isinstance(s, ir.If) for s in policy.score.body):
+        return None
+    ret = _inlined_return(policy.score.body)
+    if isinstance(ret, ir.Binary) and ret.op in ("+", "*") and ret.type.kind != "vec":
+        op, operands = ret.op, (ret.left, ret.right)
+    elif isinstance(ret, ir.Call) and ret.fn in ("max", "min") and len(ret.args) == 2:
+        op, operands = ret.fn, ret.args
+    else:
+        return None
+    sides = tuple(_side(x) for x in operands)
+    if sides not in ((TASK, NODE), (NODE, TASK)):
+        return None
+    node_first = sides[0] == NODE
+    task, node = operands[::-1] if node_first else operands
+    if op == "*" and not _nonneg(task):
+        return None
+    return ScoreSplit(op, task, node, node_first)

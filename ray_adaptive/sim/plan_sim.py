@@ -71,13 +71,14 @@ from typing import Optional
 import numpy as np
 
 from ray_adaptive.dsl import ir
-from ray_adaptive.dsl.interp import Interpreter, argmin_pair
+from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
 from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.scenario import Scenario, check_fields
+from ray_adaptive.sim.scoring import MatrixScoring, scoring_for
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 
@@ -97,6 +98,9 @@ class _ViewNode:
     @property
     def available(self) -> dict:
         return self.node.available
+
+    def fits(self, task: Task) -> bool:
+        return self.node.fits(task)
 
 
 def _hashable(v):
@@ -382,6 +386,9 @@ class PlanSim:
         self.cr_ideal: list[float] = []
         self.truth = Interpreter(plan.policy, num_nodes=n)
         self._key = _row_key(plan.policy.score, self._any_resources)
+        # plan.policy's Score, for the decisions of centralized and decentralized schedulers and for the truth
+        self.scoring = scoring_for(plan.split, self._any_resources, self._key)
+        self._matrix = MatrixScoring(self._any_resources)  # the hybrid's two part policies
         self._task_key = _row_key(plan.task_policy.score, self._any_resources) if plan.task_policy is not None else None
         self.gp = _Queue(self._key)  # every task arrived, not yet dispatched nor dropped
         self.merge = dict(plan.merge)
@@ -860,11 +867,8 @@ class PlanSim:
         pick = None
         if cands:
             rows = s.pending[:1] if s.fifo else s.pending.heads()
-            scores = s.interp.score_matrix(rows, cands, now)
-            if self._any_resources:
-                fits = np.array([[(c.node if isinstance(c, _ViewNode) else c).fits(t) for c in cands] for t in rows], dtype=bool)
-                scores[~fits] = np.inf
-            pick = argmin_pair(scores)
+            scoring = self._matrix if self.plan.architecture == "hybrid" else self.scoring
+            pick = scoring.scores(s.interp, rows, cands, now).argmin()
         if pick is None:
             s.failed += 1
             s.blocked = True
@@ -941,11 +945,8 @@ class PlanSim:
         if not heads or not cands:
             return None
         now = self.loop.now
-        scores = self.truth.score_matrix(heads, cands, now)
-        if self._any_resources:
-            fits = np.array([[c.fits(t) for c in cands] for t in heads], dtype=bool)
-            scores[~fits] = np.inf
-        best_per_group = scores.min(axis=1)
+        scores = self.scoring.scores(self.truth, heads, cands, now)
+        best_per_group = scores.row_min()
         counts = np.array([self.gp.count(h, decided_at) for h in heads])
         free = sum(x.executors + x.queue - x.load for x in cands)
         m = max(1, min(free, int(counts.sum())))
@@ -955,14 +956,15 @@ class PlanSim:
         g = self.gp._k(task)
         row = next((r for r, h in enumerate(heads) if self.gp._k(h) == g), None)
         if row is not None and node in cands:
-            mine = float(scores[row, cands.index(node)])
+            mine = scores.cell(row, cands.index(node))
         else:
-            mine = float(self.truth.score_matrix([task], [node], now)[0, 0])
+            mine = self.scoring.pair(self.truth, task, node, now)
         return mine, best
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
-        events = self.loop.run()
+        with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
+            events = self.loop.run()
         stats = [SchedulerStats(s.name, s.role, s.busy_s, s.received, s.attempts, s.failed, s.bounces, s.decisions)
                  for s in self._all]
         return SimResult(self.plan, self.tasks, stats, np.array(self.cr_impl), np.array(self.cr_ideal),

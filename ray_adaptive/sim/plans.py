@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.sim.scoring import ScoreSplit
 
 __all__ = ["ARCHITECTURES", "LoadView", "Sync", "RoleCosts", "SimPlan"]
 
@@ -172,6 +173,10 @@ class SimPlan:
     :meth:`ray_adaptive.compiler.units.Analysis.delta_hooks`): the simulator
     computes each delta once per kind of task, with the interpreter, and
     then adds it -- the same State, a fraction of the work.
+    ``split``: ``policy``'s Score as ``op(T(task), N(node))`` (see
+    :func:`ray_adaptive.compiler.units.score_split`): the schedulers and the
+    competitive ratio then score each task group and node once instead of
+    every pair -- the same decisions and scores, a fraction of the work.
     """
 
     name: str
@@ -187,6 +192,7 @@ class SimPlan:
     local_state: bool = False
     merge: tuple = ()
     delta_hooks: tuple = ()
+    split: Optional[ScoreSplit] = None
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
