@@ -11,6 +11,7 @@ from ray_adaptive.compiler import PlanSpace, Profile, analyze, enumerate_plans, 
 from ray_adaptive.compiler.units import score_split
 from ray_adaptive.dsl import load_policy, parse_policy
 from ray_adaptive.dsl.interp import Interpreter
+from ray_adaptive.dsl.printer import format_expr
 from ray_adaptive.sim import scenario_from_dict
 from ray_adaptive.sim.model import Task, TaskSpec
 from ray_adaptive.sim.plan_sim import simulate
@@ -33,7 +34,7 @@ Score(task, node):
 SPLIT_BODIES = [
     "t = max(v[task.tenant] / [1.5, 2.0]) * 1000\n  n = get_load(node)\n  return t + n",  # DRF-LB's shape
     "return get_load(node) + m[task.tenant] * w",  # node part first
-    "return task.k * 3 + (node.index - get_load(node))",  # int + int
+    "return task.k * 0.5 + (node.index - get_load(node))",  # float + int
     "return max(m[task.tenant] + task.a, get_load(node) * 0.5)",
     "return min(task.a - m[task.tenant], get_load(node))",  # min: a NaN node part is worse than +inf
     "return abs(task.a + m[task.tenant]) * (get_load(node) + 1)",  # product, task part provably >= 0
@@ -92,28 +93,29 @@ def test_split_scoring_is_the_matrix(body, scene):
         cands = [FakeNode(i, load, speed) for i, (load, speed) in enumerate(nodes)]
         want, got = slow.scores(it, tasks, cands, 0.0), fast.scores(it, tasks, cands, 0.0)
         assert got.argmin() == want.argmin()
-        assert got.row_min().tolist() == want.row_min().tolist()
+        assert got.row_min() == want.row_min()
         for i, t in enumerate(tasks):
             for j, c in enumerate(cands):
                 assert got.cell(i, j) == want.cell(i, j) or math.isnan(want.cell(i, j))
                 assert fast.pair(it, t, c, 0.0) == want.cell(i, j)
 
 
-@pytest.mark.parametrize("body, op, node_first", [
-    ("return max(v[task.tenant] / [1.0]) * 1000 + get_load(node)", "+", False),
-    ("return get_load(node) + task.a", "+", True),
-    ("return max(task.a, get_load(node))", "max", False),
-    ("return abs(task.a) * get_load(node)", "*", False),
+@pytest.mark.parametrize("body, op, task_part", [
+    ("return max(v[task.tenant] / [1.0]) * 1000 + get_load(node)", "+", "max(v[task.tenant] / [1.0]) * 1000"),
+    ("return get_load(node) + task.a", "+", "task.a"),
+    ("return max(task.a, get_load(node))", "max", "task.a"),
+    ("return abs(task.a) * get_load(node)", "*", "abs(task.a)"),
 ])
-def test_score_split_forms(body, op, node_first):
+def test_score_split_forms(body, op, task_part):
     s = score_split(parse_policy(POLICY.format(body=body)))
-    assert (s.op, s.node_first) == (op, node_first)
+    assert (s.op, format_expr(s.task)) == (op, task_part)
 
 
 @pytest.mark.parametrize("body", [
     "return task.a + get_load(node) + m[task.tenant]",  # separable, but regrouping could round differently
     "return task.a * get_load(node)",  # the task part may be negative: not monotone in the node part
     "return task.a - get_load(node)",  # decreasing in the node part
+    "return task.k + get_load(node)",  # int: wraps at 2**63
     "return get_load(node)",  # node-only
     "return task.a if get_load(node) > 1 else 0.0",
 ])

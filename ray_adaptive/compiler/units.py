@@ -630,10 +630,10 @@ def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
     """Score as ``op(T(task), N(node))`` *exactly as the interpreter computes it*, or None.
 
     Stricter than :func:`separability`: the (locals-inlined) return value
-    must itself be one ``+``, ``*``, ``max`` or ``min`` of a task-side and a
-    node-side operand, so combining the separately computed parts performs
-    the very operation Score performs (``a + n + b`` is separable, but
-    regrouping it as ``(a + b) + n`` could round differently). The
+    must itself be one float ``+``, ``*``, ``max`` or ``min`` of a task-side
+    and a node-side operand, so combining the separately computed parts
+    performs the very operation Score performs (``a + n + b`` is separable,
+    but regrouping it as ``(a + b) + n`` could round differently). The
     combination must be non-decreasing in the node part for every task part:
     always for ``+``, ``max``, ``min``; for ``*`` only when the task part is
     provably >= 0. The simulator's schedulers then decide in O(T + N)
@@ -642,7 +642,9 @@ def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
     if any(isinstance(s, ir.If) for s in policy.score.body):
         return None
     ret = _inlined_return(policy.score.body)
-    if isinstance(ret, ir.Binary) and ret.op in ("+", "*") and ret.type.kind != "vec":
+    if ret.type != ir.FLOAT:
+        return None  # int arithmetic wraps at 2**63; the fast path combines floats
+    if isinstance(ret, ir.Binary) and ret.op in ("+", "*"):
         op, operands = ret.op, (ret.left, ret.right)
     elif isinstance(ret, ir.Call) and ret.fn in ("max", "min") and len(ret.args) == 2:
         op, operands = ret.fn, ret.args
@@ -651,8 +653,7 @@ def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
     sides = tuple(_side(x) for x in operands)
     if sides not in ((TASK, NODE), (NODE, TASK)):
         return None
-    node_first = sides[0] == NODE
-    task, node = operands[::-1] if node_first else operands
+    task, node = operands if sides[0] == TASK else operands[::-1]  # the operations commute
     if op == "*" and not _nonneg(task):
         return None
-    return ScoreSplit(op, task, node, node_first)
+    return ScoreSplit(op, task, node)

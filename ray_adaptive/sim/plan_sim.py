@@ -946,13 +946,7 @@ class PlanSim:
             return None
         now = self.loop.now
         scores = self.scoring.scores(self.truth, heads, cands, now)
-        best_per_group = scores.row_min()
-        counts = np.array([self.gp.count(h, decided_at) for h in heads])
-        free = sum(x.executors + x.queue - x.load for x in cands)
-        m = max(1, min(free, int(counts.sum())))
-        order = np.argsort(best_per_group, kind="stable")
-        reach = np.cumsum(counts[order])  # the m-th best task lies in the first group reaching m
-        best = float(best_per_group[order[int(np.searchsorted(reach, m))]])
+        best = self._mth_best(scores.row_min(), [self.gp.count(h, decided_at) for h in heads], cands)
         g = self.gp._k(task)
         row = next((r for r, h in enumerate(heads) if self.gp._k(h) == g), None)
         if row is not None and node in cands:
@@ -960,6 +954,19 @@ class PlanSim:
         else:
             mine = self.scoring.pair(self.truth, task, node, now)
         return mine, best
+
+    @staticmethod
+    def _mth_best(best_per_group: list[float], counts: list[int], cands: list) -> float:
+        """The score of the m-th best pending task, m = min(#pending, #free slots), each group's tasks
+        at the group's best score, groups tied in queue order (a stable sort)."""
+        free = sum(x.executors + x.queue - x.load for x in cands)
+        m = max(1, min(free, sum(counts)))
+        reach = 0
+        for g in sorted(range(len(counts)), key=best_per_group.__getitem__):
+            reach += counts[g]
+            if reach >= m:  # the m-th best task lies in the first group reaching m
+                return best_per_group[g]
+        raise AssertionError("m exceeds the pending tasks")
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:

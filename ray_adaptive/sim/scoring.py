@@ -13,8 +13,9 @@ one pair. Two ways to get them, with the same results:
   first minimum in O(T + N): because the combination is non-decreasing in N,
   every group's best node is the node with the smallest N, so the decision is
   the first group minimising ``T op n_min``, then the first node minimising
-  that group's row. The values are combined by the same numpy operation as
-  the interpreter's, so every score is bit-for-bit the matrix's.
+  that group's row. Score is a float, so the parts are combined in IEEE
+  double arithmetic on Python floats -- the very float64 operation the
+  interpreter performs -- and every score is bit-for-bit the matrix's.
 
 Most of a replay's time went to the interpreter's per-call cost on matrices
 of a few cells (two calls per dispatched task, and one per refused attempt);
@@ -24,6 +25,7 @@ the fast path makes a decision a few dictionary look-ups in the common case.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -34,8 +36,6 @@ from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 
 __all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for"]
 
-#: Score = op(T, N) (or op(N, T)): numpy's operation, exactly as the interpreter applies it
-_COMBINE = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 _NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
 _PART = "__part__"  # the local a part's value is computed into
 _MEMO_LIMIT = 100_000  # values remembered per part
@@ -43,7 +43,7 @@ _MEMO_LIMIT = 100_000  # values remembered per part
 
 @dataclass(frozen=True)
 class ScoreSplit:
-    """Score's return value is ``op(task, node)`` (``op(node, task)`` when ``node_first``).
+    """Score's return value is ``op(task, node)``, a float (in either operand order: the ops commute).
 
     ``task`` reads no node, ``node`` reads no task (locals inlined), and the
     combination is non-decreasing in the node part for every value of the
@@ -53,17 +53,10 @@ class ScoreSplit:
     op: str  # "+" | "*" | "max" | "min"
     task: ir.Expr = field(repr=False)
     node: ir.Expr = field(repr=False)
-    node_first: bool = False
 
     def __post_init__(self):
-        if self.op not in _COMBINE:
-            raise ValueError(f"ScoreSplit op must be one of {', '.join(_COMBINE)}, found {self.op!r}")
-
-
-def _as_floats(values) -> np.ndarray:
-    """A Score result as the matrix holds it: float, NaN read as inf (infeasible)."""
-    out = np.asarray(values, dtype=float)
-    return np.where(np.isnan(out), math.inf, out)
+        if self.op not in ("+", "*", "max", "min"):
+            raise ValueError(f"ScoreSplit op must be +, *, max or min, found {self.op!r}")
 
 
 class _MatrixScores:
@@ -77,8 +70,8 @@ class _MatrixScores:
     def argmin(self) -> Optional[tuple[int, int]]:
         return argmin_pair(self.m)
 
-    def row_min(self) -> np.ndarray:
-        return self.m.min(axis=1)
+    def row_min(self) -> list[float]:
+        return self.m.min(axis=1).tolist()
 
     def cell(self, i: int, j: int) -> float:
         return float(self.m[i, j])
@@ -166,91 +159,108 @@ class _Part:
     """One side of a split Score, evaluated by the interpreter for the items not remembered yet.
 
     A value is remembered under the item's identity (``ident``: the task's
-    group key, the node's index and changing attributes) and the values of
+    group key; the node's index and changing attributes) and the values of
     the State it reads: any change of those is a different key.
     """
 
     def __init__(self, expr: ir.Expr, obj: str, ident: Callable):
         self.stmts = (ir.Assign(ir.Local(_PART, expr.type), expr),)
         self.obj = obj
-        self.ident = ident
         reads = _state_reads(expr, obj)
-        self.reads = tuple(sorted(reads)) if reads is not None else None
-        self.attr = _task_attr if obj == "task" else _node_attr
+        self.key = self._key_fn(ident, tuple(sorted(reads)), _task_attr if obj == "task" else _node_attr) \
+            if reads is not None else None
         self.memo: dict = {}
         self._runners: dict = {}
 
-    def _key(self, state: dict, item):
-        key = [self.ident(item)]
-        for kind, var, attr in self.reads:
-            v = state[var]
-            key.append(_freeze(v.get(self.attr(item, attr)) if kind == "entry" else v))
-        return tuple(key)
+    @staticmethod
+    def _key_fn(ident: Callable, reads: tuple, attr: Callable) -> Callable:
+        if not reads:
+            return lambda state, item: ident(item)
 
-    def _evaluate(self, interp: Interpreter, items: list, now: float) -> list:
+        def key(state, item):
+            return (ident(item), *[_freeze(state[var].get(attr(item, a)) if kind == "entry" else state[var])
+                                   for kind, var, a in reads])
+
+        return key
+
+    def _evaluate(self, interp: Interpreter, items: list, now: float) -> list[float]:
         run = self._runners.get(interp)
         if run is None:
             run = self._runners[interp] = interp.statements(self.stmts)
         tasks, nodes = (items, ()) if self.obj == "task" else ((), items)
-        value = np.asarray(run(tasks, nodes, now)[_PART])
-        return list(np.broadcast_to(value, (len(items), 1) if self.obj == "task" else (1, len(items))).reshape(-1))
+        value = np.asarray(run(tasks, nodes, now)[_PART], dtype=float)  # Score's float64 (see score_split)
+        return np.broadcast_to(value, (len(items), 1) if self.obj == "task" else (1, len(items))).reshape(-1).tolist()
 
-    def values(self, interp: Interpreter, items: Sequence, now: float) -> np.ndarray:
-        """The part's raw values (the interpreter's dtype) for ``items``."""
-        if self.reads is None:
-            return np.array(self._evaluate(interp, list(items), now))
+    def values(self, interp: Interpreter, items: Sequence, now: float) -> list[float]:
+        """The part's values for ``items``."""
+        key = self.key
+        if key is None:
+            return self._evaluate(interp, list(items), now)
         state, memo = interp.state, self.memo
         try:
-            keys = [self._key(state, x) for x in items]
+            keys = [key(state, x) for x in items]
         except _Unhashable:
-            return np.array(self._evaluate(interp, list(items), now))
+            return self._evaluate(interp, list(items), now)
         out = [memo.get(k) for k in keys]
-        missing = [i for i, v in enumerate(out) if v is None]
-        if missing:
+        if None in out:
             if len(memo) > _MEMO_LIMIT:  # a long run with ever-new State values: start afresh
                 memo.clear()
-            fresh = self._evaluate(interp, [items[i] for i in missing], now)
-            for i, v in zip(missing, fresh):
+            missing = [i for i, v in enumerate(out) if v is None]
+            for i, v in zip(missing, self._evaluate(interp, [items[i] for i in missing], now)):
                 out[i] = memo[keys[i]] = v
-        return np.array(out)
+        return out
+
+
+def _nan_max(a: float, b: float) -> float:
+    return a if a != a or a >= b else b  # NaN wins, as in np.maximum
+
+
+def _nan_min(a: float, b: float) -> float:
+    return a if a != a or a <= b else b
+
+
+#: op(T, N) on Python floats: IEEE double arithmetic, the very float64 operations Score performs
+_COMBINE = {"+": operator.add, "*": operator.mul, "max": _nan_max, "min": _nan_min}
+
+
+def _infeasible_nan(x: float) -> float:
+    return x if x == x else math.inf  # a NaN score counts as inf
 
 
 class _SplitScores:
     """The scores of a (rows x candidates) decision from the parts: ``S[i, j] = op(T[i], N[j])``."""
 
-    __slots__ = ("split", "t", "n", "_best")
+    __slots__ = ("op", "t", "n", "_rows")
 
-    def __init__(self, split: "SplitScoring", t: np.ndarray, n: np.ndarray):
-        self.split, self.t, self.n = split, t, n
-        self._best: Optional[int] = None
+    def __init__(self, op: Callable, t: list[float], n: list[float]):
+        self.op, self.t, self.n = op, t, n
+        self._rows: Optional[list[float]] = None
 
-    def _best_node(self) -> int:
-        """A node with the smallest N, NaN above everything (for ``min``, a NaN node part loses to +inf)."""
-        if self._best is None:
-            n = self.n
-            if n.dtype.kind == "f" and np.isnan(n).any():
-                ok = np.flatnonzero(~np.isnan(n))
-                self._best = int(ok[np.argmin(n[ok])]) if ok.size else 0
-            else:
-                self._best = int(np.argmin(n))
-        return self._best
-
-    def row_min(self) -> np.ndarray:
-        """Every row's best score: its score at the best node (the combination is non-decreasing in N)."""
-        j = self._best_node()
-        return _as_floats(self.split.combine(self.t, self.n[j:j + 1]))
+    def row_min(self) -> list[float]:
+        """Every row's best score: its score at a node with the smallest N (the combination is
+        non-decreasing in N), NaN counting as worse than anything (under ``min``, a NaN node part
+        loses to +inf)."""
+        if self._rows is None:
+            n, op = self.n, self.op
+            finite = [x for x in n if x == x]
+            best = min(finite) if finite else n[0]
+            self._rows = [_infeasible_nan(op(t, best)) for t in self.t]
+        return self._rows
 
     def argmin(self) -> Optional[tuple[int, int]]:
-        if not (self.t.size and self.n.size):
+        if not (self.t and self.n):
             return None
-        best = self.row_min()
-        i = int(np.argmin(best))
-        if best[i] == math.inf:
+        rows = self.row_min()
+        v = min(rows)
+        if v == math.inf:
             return None
-        return i, int(np.argmin(_as_floats(self.split.combine(self.t[i:i + 1], self.n))))
+        i = rows.index(v)  # the first row holding the minimum: the matrix's row-major first minimum
+        t, op = self.t[i], self.op
+        row = [_infeasible_nan(op(t, x)) for x in self.n]
+        return i, row.index(min(row))
 
     def cell(self, i: int, j: int) -> float:
-        return float(_as_floats(self.split.combine(self.t[i:i + 1], self.n[j:j + 1]))[0])
+        return _infeasible_nan(self.op(self.t[i], self.n[j]))
 
 
 class SplitScoring:
@@ -258,7 +268,7 @@ class SplitScoring:
     a task that does not fit a node is a third, joint, condition."""
 
     def __init__(self, split: ScoreSplit, group: Optional[Callable] = None):
-        self.op, self.node_first = _COMBINE[split.op], split.node_first
+        self.op = _COMBINE[split.op]
         self.task = _Part(split.task, "task", group or (lambda t: t))
         self.node = _Part(split.node, "node", self._node_ident(split.node))
 
@@ -267,21 +277,12 @@ class SplitScoring:
         """A node's static attributes are its index's; what changes while the cluster runs is added."""
         reads = {x.name for x in ir.walk(expr) if isinstance(x, ir.FieldRef) and x.obj == "node"}
         load = "load" in reads or any(isinstance(x, ir.Call) and x.fn == "get_load" for x in ir.walk(expr))
-        available = "available" in reads
-        return lambda n: (n.index, n.load if load else None,
-                          tuple(sorted(n.available.items())) if available else None)
-
-    def combine(self, t: np.ndarray, n: np.ndarray) -> np.ndarray:
-        """``S`` for the pairs of ``t`` x ``n`` (one of them a single value), by the interpreter's operation.
-
-        Floating-point warnings (inf - inf, ...) are the caller's to silence, as the interpreter does
-        (the simulator runs under ``np.errstate(all="ignore")``): a context per call would cost more
-        than the operation.
-        """
-        return self.op(n, t) if self.node_first else self.op(t, n)
+        if "available" in reads:
+            return lambda n: (n.index, n.load, tuple(sorted(n.available.items())))
+        return (lambda n: (n.index, n.load)) if load else (lambda n: n.index)
 
     def scores(self, interp: Interpreter, rows: Sequence, cands: Sequence, now: float) -> _SplitScores:
-        return _SplitScores(self, self.task.values(interp, rows, now), self.node.values(interp, cands, now))
+        return _SplitScores(self.op, self.task.values(interp, rows, now), self.node.values(interp, cands, now))
 
     def pair(self, interp: Interpreter, task, node, now: float) -> float:
         return self.scores(interp, [task], [node], now).cell(0, 0)
