@@ -68,26 +68,15 @@ class Task:
     """A task's life in one run: ``pending`` -> ``queued`` -> ``running`` -> ``finished``,
     or ``dropped`` from pending/queued."""
 
-    __slots__ = ("spec", "status", "node", "dispatched_at", "started_at", "finished_at")
+    __slots__ = ("spec", "id", "arrival", "fields", "status", "node", "dispatched_at", "started_at", "finished_at")
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
+        # the TaskView protocol of the interpreter, copied from the (frozen) spec: read at every decision
+        self.id, self.arrival, self.fields = spec.id, spec.arrival, spec.fields
         self.status = "pending"
         self.node: Optional[Node] = None
         self.dispatched_at = self.started_at = self.finished_at = None
-
-    # the TaskView protocol of the interpreter
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def arrival(self) -> float:
-        return self.spec.arrival
-
-    @property
-    def fields(self) -> dict:
-        return self.spec.fields
 
     @property
     def on_time(self) -> bool:
@@ -103,19 +92,14 @@ class Node:
     def __init__(self, spec: NodeSpec, index: int):
         self.spec = spec
         self.index = index
+        # static attributes copied from the (frozen) spec: read at every decision
+        self.id, self.executors, self.queue = spec.id, spec.executors, spec.queue
+        self.resources, self.fields = spec.resources, spec.fields
+        self.slots = spec.executors + spec.queue
+        self.load = 0  # tasks queued + running (what get_load(node) returns), counted by hold()
         self.running: list[Task] = []
         self.waiting: deque[Task] = deque()
         self._held: dict[str, float] = {}
-
-    id = property(lambda self: self.spec.id)
-    executors = property(lambda self: self.spec.executors)
-    queue = property(lambda self: self.spec.queue)
-    resources = property(lambda self: self.spec.resources)
-    fields = property(lambda self: self.spec.fields)
-
-    @property
-    def load(self) -> int:
-        return len(self.running) + len(self.waiting)
 
     @property
     def available(self) -> dict:
@@ -123,7 +107,7 @@ class Node:
 
     @property
     def has_room(self) -> bool:
-        return self.load < self.spec.executors + self.spec.queue
+        return self.load < self.slots
 
     def fits(self, task: Task) -> bool:
         res = self.spec.resources
@@ -131,6 +115,8 @@ class Node:
         return all(res.get(r, 0.0) - held.get(r, 0.0) >= amount - 1e-9 for r, amount in task.spec.resources.items())
 
     def hold(self, task: Task, sign: int) -> None:
+        """``task`` enters (+1) or leaves (-1) the node: its load and the resources it holds."""
+        self.load += sign
         for r, amount in task.spec.resources.items():
             self._held[r] = self._held.get(r, 0.0) + sign * amount
 
