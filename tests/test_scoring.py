@@ -147,3 +147,10 @@ def test_a_simulation_with_the_fast_path_is_the_same_simulation(name, seed, rate
            [(t.id, t.status, t.node and t.node.id, t.dispatched_at, t.finished_at) for t in b.tasks]
     assert a.cr_impl.tolist() == b.cr_impl.tolist() and a.cr_ideal.tolist() == b.cr_ideal.tolist()
     assert a.schedulers == b.schedulers and a.events == b.events
+
+
+def test_state_no_hook_writes_is_fixed():
+    from ray_adaptive.sim.scoring import written_by_hooks
+
+    assert written_by_hooks(DRF) == {"alloc"}  # capacity is never written: parts need not be keyed by it
+    assert written_by_hooks(load_policy("weighted_fair")) == {"vt", "backlog", "vclock"}

@@ -387,7 +387,7 @@ class PlanSim:
         self.truth = Interpreter(plan.policy, num_nodes=n)
         self._key = _row_key(plan.policy.score, self._any_resources)
         # plan.policy's Score, for the decisions of centralized and decentralized schedulers and for the truth
-        self.scoring = scoring_for(plan.split, self._any_resources, self._key)
+        self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
         self._matrix = MatrixScoring(self._any_resources)  # the hybrid's two part policies
         self._task_key = _row_key(plan.task_policy.score, self._any_resources) if plan.task_policy is not None else None
         self.gp = _Queue(self._key)  # every task arrived, not yet dispatched nor dropped

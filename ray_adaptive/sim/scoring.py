@@ -134,13 +134,36 @@ def _state_reads(e: ir.Expr, obj: str) -> Optional[set]:
 
 def _freeze(v):
     """A hashable stand-in for a State value: equal stand-ins, equal values (and so equal results)."""
-    if isinstance(v, np.ndarray):
-        return v.dtype.str, v.shape, v.tobytes()
+    t = type(v)
+    if t is np.ndarray:  # the common cases first: this runs for every task group at every decision
+        return v.dtype.char, v.shape, v.tobytes()
+    if t is float:
+        return "f", v.hex()  # 0.0 == -0.0, yet 1 / x tells them apart
     if isinstance(v, dict):
         raise _Unhashable
-    if isinstance(v, float):
-        return float, v.hex()  # 0.0 == -0.0, yet 1 / x tells them apart
-    return type(v), v
+    if isinstance(v, np.ndarray):
+        return v.dtype.char, v.shape, v.tobytes()
+    if isinstance(v, (float, np.floating)):
+        return "f", float(v).hex()
+    return t, v
+
+
+def written_by_hooks(policy: ir.Policy) -> set[str]:
+    """The State variables some hook assigns: all the others keep their initial values for a whole run."""
+
+    def targets(stmts):
+        for st in stmts:
+            if isinstance(st, ir.If):
+                yield from targets(st.body)
+                yield from targets(st.orelse)
+            elif isinstance(st, ir.Assign):
+                t = st.target
+                while isinstance(t, ir.Index):
+                    t = t.base
+                if isinstance(t, ir.StateRef):
+                    yield t.name
+
+    return {name for h in policy.hooks for name in targets(h.body)}
 
 
 class _Unhashable(Exception):
@@ -148,7 +171,7 @@ class _Unhashable(Exception):
 
 
 def _task_attr(task, name: str):
-    return getattr(task, name) if name in ("id", "arrival") else task.fields[name]
+    return task.fields[name] if name not in ("id", "arrival") else getattr(task, name)
 
 
 def _node_attr(node, name: str):
@@ -163,25 +186,31 @@ class _Part:
     the State it reads: any change of those is a different key.
     """
 
-    def __init__(self, expr: ir.Expr, obj: str, ident: Callable):
+    def __init__(self, expr: ir.Expr, obj: str, ident: Callable, fixed: frozenset = frozenset()):
         self.stmts = (ir.Assign(ir.Local(_PART, expr.type), expr),)
         self.obj = obj
         reads = _state_reads(expr, obj)
-        self.key = self._key_fn(ident, tuple(sorted(reads)), _task_attr if obj == "task" else _node_attr) \
-            if reads is not None else None
+        self.key = None if reads is None else self._key_fn(
+            ident, [r for r in sorted(reads) if r[1] not in fixed], _task_attr if obj == "task" else _node_attr)
         self.memo: dict = {}
         self._runners: dict = {}
 
     @staticmethod
-    def _key_fn(ident: Callable, reads: tuple, attr: Callable) -> Callable:
+    def _key_fn(ident: Callable, reads: list, attr: Callable) -> Callable:
+        """``key(state, item)``: the item's identity and the State values the part reads for it."""
         if not reads:
             return lambda state, item: ident(item)
 
-        def key(state, item):
-            return (ident(item), *[_freeze(state[var].get(attr(item, a)) if kind == "entry" else state[var])
-                                   for kind, var, a in reads])
+        def getter(kind: str, var: str, a: str) -> Callable:
+            if kind == "entry":
+                return lambda state, item: _freeze(state[var].get(attr(item, a)))
+            return lambda state, item: _freeze(state[var])
 
-        return key
+        if len(reads) == 1:  # DRF's alloc[task.tenant]
+            get = getter(*reads[0])
+            return lambda state, item: (ident(item), get(state, item))
+        getters = [getter(*r) for r in reads]
+        return lambda state, item: (ident(item), *[g(state, item) for g in getters])
 
     def _evaluate(self, interp: Interpreter, items: list, now: float) -> list[float]:
         run = self._runners.get(interp)
@@ -267,10 +296,13 @@ class SplitScoring:
     """Decisions for a split Score from its two parts (see the module docstring). No resource fit:
     a task that does not fit a node is a third, joint, condition."""
 
-    def __init__(self, split: ScoreSplit, group: Optional[Callable] = None):
+    def __init__(self, split: ScoreSplit, group: Optional[Callable] = None, fixed_state: frozenset = frozenset()):
+        """``group``: a task's group key (tasks Score cannot tell apart); ``fixed_state``: State
+        variables that do not change (no hook writes them), left out of what a part's value is
+        remembered by."""
         self.op = _COMBINE[split.op]
-        self.task = _Part(split.task, "task", group or (lambda t: t))
-        self.node = _Part(split.node, "node", self._node_ident(split.node))
+        self.task = _Part(split.task, "task", group or (lambda t: t), fixed_state)
+        self.node = _Part(split.node, "node", self._node_ident(split.node), fixed_state)
 
     @staticmethod
     def _node_ident(expr: ir.Expr) -> Callable:
@@ -288,8 +320,9 @@ class SplitScoring:
         return self.scores(interp, [task], [node], now).cell(0, 0)
 
 
-def scoring_for(split: Optional[ScoreSplit], resources: bool, group: Optional[Callable] = None):
-    """The fast path when Score splits and no task asks for resources; the matrix otherwise."""
+def scoring_for(policy: ir.Policy, split: Optional[ScoreSplit], resources: bool, group: Optional[Callable] = None):
+    """For ``policy``'s Score: the fast path when it splits and no task asks for resources; the matrix otherwise."""
     if split is not None and not resources:
-        return SplitScoring(split, group)
+        fixed = frozenset(d.name for d in policy.state) - written_by_hooks(policy)
+        return SplitScoring(split, group, fixed)
     return MatrixScoring(resources)
