@@ -16,7 +16,7 @@ from ray_adaptive.sim import scenario_from_dict
 from ray_adaptive.sim.model import Task, TaskSpec
 from ray_adaptive.sim.plan_sim import simulate
 from ray_adaptive.sim.scoring import MatrixScoring, SplitScoring
-from ray_adaptive.sim.workload import paper_workload
+from ray_adaptive.sim.workload import paper_tenants, paper_workload, policy_workload
 
 POLICY = """
 Task:
@@ -27,6 +27,7 @@ State:
   m: map<string, float>
   v: map<string, vec<float>>
   w: float = 1.0
+  task_count: int
 Score(task, node):
   {body}
 """
@@ -39,6 +40,10 @@ SPLIT_BODIES = [
     "return min(task.a - m[task.tenant], get_load(node))",  # min: a NaN node part is worse than +inf
     "return abs(task.a + m[task.tenant]) * (get_load(node) + 1)",  # product, task part provably >= 0
     "return task.a / w + node.speed",  # a static node field
+    "return m[task.tenant] * w - task.a",  # one-sided: the task alone
+    "return task.k * 2",  # one-sided, an int
+    "return get_load(node)",  # one-sided: the node alone (least_loaded)
+    "return (node.index - task_count) % num_nodes() + node.speed",  # the node and State (round_robin's shape)
 ]
 
 
@@ -72,7 +77,7 @@ def scenes(draw):
     rows = draw(st.lists(st.tuples(tenants, value, st.integers(-3, 3)), min_size=1, max_size=5))
     nodes = draw(st.lists(st.tuples(st.integers(0, 3), value), min_size=1, max_size=6))
     states = draw(st.lists(st.tuples(st.dictionaries(tenants, value), st.dictionaries(
-        tenants, st.tuples(value, value)), value), min_size=1, max_size=4))
+        tenants, st.tuples(value, value)), value, st.integers(-2, 2)), min_size=1, max_size=4))
     return rows, nodes, states
 
 
@@ -88,8 +93,8 @@ def test_split_scoring_is_the_matrix(body, scene):
     tasks = [Task(TaskSpec(f"t{i}", float(i), fields={"tenant": t, "a": a, "k": k})) for i, (t, a, k) in enumerate(rows)]
     fast, slow = SplitScoring(split), MatrixScoring()
     it = Interpreter(policy, num_nodes=len(nodes))
-    for m, v, w in states:  # one SplitScoring across State changes: what it remembers must not go stale
-        it.state.update(m=dict(m), v={k: np.array(x) for k, x in v.items()}, w=w)
+    for m, v, w, c in states:  # one SplitScoring across State changes: what it remembers must not go stale
+        it.state.update(m=dict(m), v={k: np.array(x) for k, x in v.items()}, w=w, task_count=c)
         cands = [FakeNode(i, load, speed) for i, (load, speed) in enumerate(nodes)]
         want, got = slow.scores(it, tasks, cands, 0.0), fast.scores(it, tasks, cands, 0.0)
         assert got.argmin() == want.argmin()
@@ -105,10 +110,12 @@ def test_split_scoring_is_the_matrix(body, scene):
     ("return get_load(node) + task.a", "+", "task.a"),
     ("return max(task.a, get_load(node))", "max", "task.a"),
     ("return abs(task.a) * get_load(node)", "*", "abs(task.a)"),
+    ("t = task.a\n  return t * 2", "task", "task.a * 2"),
+    ("return get_load(node)", "node", None),
 ])
 def test_score_split_forms(body, op, task_part):
     s = score_split(parse_policy(POLICY.format(body=body)))
-    assert (s.op, format_expr(s.task)) == (op, task_part)
+    assert (s.op, s.task and format_expr(s.task)) == (op, task_part)
 
 
 @pytest.mark.parametrize("body", [
@@ -116,16 +123,18 @@ def test_score_split_forms(body, op, task_part):
     "return task.a * get_load(node)",  # the task part may be negative: not monotone in the node part
     "return task.a - get_load(node)",  # decreasing in the node part
     "return task.k + get_load(node)",  # int: wraps at 2**63
-    "return get_load(node)",  # node-only
     "return task.a if get_load(node) > 1 else 0.0",
 ])
 def test_scores_that_do_not_split_exactly(body):
     assert score_split(parse_policy(POLICY.format(body=body))) is None
 
 
-def test_drf_lb_splits():
-    assert score_split(load_policy("drf_lb")).op == "+"
-    assert score_split(load_policy("drf_lb_paper")) is None  # tscore * nscore: tscore >= 0 is not provable
+def test_shipped_policies_that_split():
+    ops = {name: getattr(score_split(load_policy(name)), "op", None) for name in
+           ("drf_lb", "drf_lb_paper", "fifo", "least_loaded", "round_robin", "locality")}
+    # drf_lb_paper: tscore * nscore, tscore >= 0 not provable; locality branches
+    assert ops == {"drf_lb": "+", "drf_lb_paper": None, "fifo": "task", "least_loaded": "node",
+                   "round_robin": "node", "locality": None}
 
 
 DRF = load_policy("drf_lb")
@@ -139,10 +148,32 @@ PLANS, _ = enumerate_plans(A, 12, PlanSpace())
 def test_a_simulation_with_the_fast_path_is_the_same_simulation(name, seed, rate, prefill):
     """Every plan of DRF-LB: the same placements, times, competitive-ratio samples and scheduler counters."""
     plan = lower(next(p for p in PLANS if p.name == name), A, Profile(default_unit_s=10e-6), 12)
-    assert plan.split is not None
-    sc = scenario_from_dict(paper_workload(rate, seconds=0.4, seed=seed))
+    assert plan.split is not None and (plan.architecture != "hybrid" or plan.task_split and plan.node_split)
+    same_simulation(plan, scenario_from_dict(paper_workload(rate, seconds=0.4, seed=seed)), seed, prefill)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "least_loaded", "round_robin"])
+def test_one_sided_scores_take_the_fast_path_too(policy):
+    """Every plan of three one-sided shipped policies (round_robin's node part reads State)."""
+    p = load_policy(policy)
+    a = analyze(p)
+    plans, _ = enumerate_plans(a, 8, PlanSpace())
+    sc = scenario_from_dict(policy_workload(p, paper_tenants(400), 0.4, nodes=8, seed=2))
+    for plan in plans:
+        same_simulation(lower(plan, a, Profile(default_unit_s=10e-6), 8), sc, seed=2, prefill=True)
+
+
+def same_simulation(plan, sc, seed, prefill):
+    """``plan`` simulated with its splits and with the score matrix: the very same run (or the same error:
+    round_robin's hybrids fail either way, their selector running OnDispatch, which reads the node, without one)."""
+    try:
+        b = simulate(dataclasses.replace(plan, split=None, task_split=None, node_split=None), sc, seed=seed,
+                     prefill=prefill, cr_from=0.1)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            simulate(plan, sc, seed=seed, prefill=prefill, cr_from=0.1)
+        return
     a = simulate(plan, sc, seed=seed, prefill=prefill, cr_from=0.1)
-    b = simulate(dataclasses.replace(plan, split=None), sc, seed=seed, prefill=prefill, cr_from=0.1)
     assert [(t.id, t.status, t.node and t.node.id, t.dispatched_at, t.finished_at) for t in a.tasks] == \
            [(t.id, t.status, t.node and t.node.id, t.dispatched_at, t.finished_at) for t in b.tasks]
     assert a.cr_impl.tolist() == b.cr_impl.tolist() and a.cr_ideal.tolist() == b.cr_ideal.tolist()

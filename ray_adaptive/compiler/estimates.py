@@ -209,6 +209,8 @@ def lower(plan: Plan, analysis: Analysis, profile: Profile, nodes: int) -> SimPl
         central=central, local=local, schedulers=plan.schedulers, task_policy=task_policy, node_policy=node_policy,
         local_state=plan.architecture == "hybrid" and plan.sync.kind != "exact", merge=merge,
         delta_hooks=analysis.delta_hooks(), split=score_split(policy),
+        task_split=score_split(task_policy) if task_policy else None,
+        node_split=score_split(node_policy) if node_policy else None,
     )
 
 

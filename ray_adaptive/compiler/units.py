@@ -636,12 +636,16 @@ def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
     but regrouping it as ``(a + b) + n`` could round differently). The
     combination must be non-decreasing in the node part for every task part:
     always for ``+``, ``max``, ``min``; for ``*`` only when the task part is
-    provably >= 0. The simulator's schedulers then decide in O(T + N)
+    provably >= 0. A Score that reads only the task (only the node) splits
+    one-sidedly. The simulator's schedulers then decide in O(T + N)
     (:class:`ray_adaptive.sim.scoring.SplitScoring`).
     """
     if any(isinstance(s, ir.If) for s in policy.score.body):
         return None
     ret = _inlined_return(policy.score.body)
+    side = _side(ret)
+    if side in (TASK, NODE):  # one-sided: nothing to combine, any numeric type
+        return ScoreSplit(side, ret, None) if side == TASK else ScoreSplit(side, None, ret)
     if ret.type != ir.FLOAT:
         return None  # int arithmetic wraps at 2**63; the fast path combines floats
     if isinstance(ret, ir.Binary) and ret.op in ("+", "*"):

@@ -78,7 +78,7 @@ from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
 from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.scenario import Scenario, check_fields
-from ray_adaptive.sim.scoring import MatrixScoring, scoring_for
+from ray_adaptive.sim.scoring import scoring_for
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 
@@ -210,8 +210,10 @@ class _Queue:
 class _Sched:
     """One scheduler instance: inbox, pending queue, State (an interpreter), view, counters."""
 
-    def __init__(self, name: str, role: str, costs: RoleCosts, interp: Optional[Interpreter], rng, key, fifo: bool):
+    def __init__(self, name: str, role: str, costs: RoleCosts, interp: Optional[Interpreter], rng, key, fifo: bool,
+                 scoring):
         self.name, self.role, self.costs, self.interp, self.rng = name, role, costs, interp, rng
+        self.scoring = scoring  # how it scores with its interpreter's policy (see ray_adaptive.sim.scoring)
         self.fifo = fifo  # a hybrid placement scheduler serves forwarded tasks in order
         self.pending = [] if fifo else _Queue(key)
         self.inbox: deque = deque()
@@ -386,9 +388,8 @@ class PlanSim:
         self.cr_ideal: list[float] = []
         self.truth = Interpreter(plan.policy, num_nodes=n)
         self._key = _row_key(plan.policy.score, self._any_resources)
-        # plan.policy's Score, for the decisions of centralized and decentralized schedulers and for the truth
+        # plan.policy's Score: the truth's, and the centralized and decentralized schedulers' decisions
         self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
-        self._matrix = MatrixScoring(self._any_resources)  # the hybrid's two part policies
         self._task_key = _row_key(plan.task_policy.score, self._any_resources) if plan.task_policy is not None else None
         self.gp = _Queue(self._key)  # every task arrived, not yet dispatched nor dropped
         self.merge = dict(plan.merge)
@@ -441,13 +442,17 @@ class PlanSim:
 
         self.central: Optional[_Sched] = None
         self.locals: list[_Sched] = []
-        if arch in ("centralized", "hybrid"):
-            scoring = plan.policy if arch == "centralized" else plan.task_policy
-            key = self._key if arch == "centralized" else self._task_key
-            self.central = _Sched("selector", "selector", plan.central, Interpreter(scoring, num_nodes=n), rng(), key, False)
+        if arch == "centralized":
+            self.central = _Sched("selector", "selector", plan.central, Interpreter(plan.policy, num_nodes=n), rng(),
+                                  self._key, False, self.scoring)
+        elif arch == "hybrid":  # the selector picks by the task part alone: no node, no resource fit
+            self.central = _Sched("selector", "selector", plan.central, Interpreter(plan.task_policy, num_nodes=n), rng(),
+                                  self._task_key, False, scoring_for(plan.task_policy, plan.task_split, False, self._task_key))
         if arch in ("decentralized", "hybrid"):
             k = plan.k(n)
             shared = None
+            scoring = self.scoring if arch == "decentralized" else scoring_for(plan.node_policy, plan.node_split,
+                                                                                self._any_resources)
             for i in range(k):
                 if arch == "decentralized":
                     it = Interpreter(plan.policy, num_nodes=n)
@@ -457,7 +462,7 @@ class PlanSim:
                     if shared is None:
                         shared = it.state
                     it.state = shared
-                s = _Sched(f"s{i}", "scheduler", plan.local, it, rng(), self._key, arch == "hybrid")
+                s = _Sched(f"s{i}", "scheduler", plan.local, it, rng(), self._key, arch == "hybrid", scoring)
                 self.locals.append(s)
             if plan.sync.kind == "periodic" and self.locals:
                 self.store = self._copy_state(self.locals[0].interp.state)
@@ -814,13 +819,12 @@ class PlanSim:
             return
         s.attempts += 1
         heads = s.pending.heads()
-        col = s.interp.score_matrix(heads, self.nodes[:1], self.loop.now)[:, 0]
-        i = int(np.argmin(col))
-        if col[i] == math.inf:
+        pick = s.scoring.scores(s.interp, heads, self.nodes[:1], self.loop.now).argmin()
+        if pick is None:
             s.failed += 1
             s.blocked = True
             return
-        task = heads[i]
+        task = heads[pick[0]]
         s.remove(task)
         self.where.pop(task, None)
         self.claimed.add(task)
@@ -867,8 +871,7 @@ class PlanSim:
         pick = None
         if cands:
             rows = s.pending[:1] if s.fifo else s.pending.heads()
-            scoring = self._matrix if self.plan.architecture == "hybrid" else self.scoring
-            pick = scoring.scores(s.interp, rows, cands, now).argmin()
+            pick = s.scoring.scores(s.interp, rows, cands, now).argmin()
         if pick is None:
             s.failed += 1
             s.blocked = True

@@ -176,7 +176,9 @@ class SimPlan:
     ``split``: ``policy``'s Score as ``op(T(task), N(node))`` (see
     :func:`ray_adaptive.compiler.units.score_split`): the schedulers and the
     competitive ratio then score each task group and node once instead of
-    every pair -- the same decisions and scores, a fraction of the work.
+    every pair -- the same decisions and scores, a fraction of the work;
+    ``task_split`` / ``node_split``: the same for the hybrid's two scoring
+    programs (one-sided: Score = T, Score = N).
     """
 
     name: str
@@ -193,6 +195,8 @@ class SimPlan:
     merge: tuple = ()
     delta_hooks: tuple = ()
     split: Optional[ScoreSplit] = None
+    task_split: Optional[ScoreSplit] = None
+    node_split: Optional[ScoreSplit] = None
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:

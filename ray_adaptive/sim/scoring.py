@@ -43,20 +43,24 @@ _MEMO_LIMIT = 100_000  # values remembered per part
 
 @dataclass(frozen=True)
 class ScoreSplit:
-    """Score's return value is ``op(task, node)``, a float (in either operand order: the ops commute).
+    """Score's return value is ``op(task, node)``, a float (in either operand order: the ops commute),
+    or one-sided: ``task`` alone (op ``"task"``, no node part) or ``node`` alone (op ``"node"``).
 
     ``task`` reads no node, ``node`` reads no task (locals inlined), and the
     combination is non-decreasing in the node part for every value of the
     task part (see :func:`ray_adaptive.compiler.units.score_split`).
     """
 
-    op: str  # "+" | "*" | "max" | "min"
-    task: ir.Expr = field(repr=False)
-    node: ir.Expr = field(repr=False)
+    op: str  # "+" | "*" | "max" | "min" | "task" | "node"
+    task: Optional[ir.Expr] = field(default=None, repr=False)
+    node: Optional[ir.Expr] = field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.op not in ("+", "*", "max", "min"):
-            raise ValueError(f"ScoreSplit op must be +, *, max or min, found {self.op!r}")
+        if self.op not in _COMBINE:
+            raise ValueError(f"ScoreSplit op must be one of {', '.join(_COMBINE)}, found {self.op!r}")
+        if (self.task is None) != (self.op == "node") or (self.node is None) != (self.op == "task"):
+            raise ValueError(f"ScoreSplit {self.op!r} needs {'no' if self.op == 'node' else 'a'} task part "
+                             f"and {'no' if self.op == 'task' else 'a'} node part")
 
 
 class _MatrixScores:
@@ -249,7 +253,9 @@ def _nan_min(a: float, b: float) -> float:
 
 
 #: op(T, N) on Python floats: IEEE double arithmetic, the very float64 operations Score performs
-_COMBINE = {"+": operator.add, "*": operator.mul, "max": _nan_max, "min": _nan_min}
+#: (a one-sided Score's missing part is 0 for every item)
+_COMBINE = {"+": operator.add, "*": operator.mul, "max": _nan_max, "min": _nan_min,
+            "task": lambda t, n: t, "node": lambda t, n: n}
 
 
 def _infeasible_nan(x: float) -> float:
@@ -301,8 +307,8 @@ class SplitScoring:
         variables that do not change (no hook writes them), left out of what a part's value is
         remembered by."""
         self.op = _COMBINE[split.op]
-        self.task = _Part(split.task, "task", group or (lambda t: t), fixed_state)
-        self.node = _Part(split.node, "node", self._node_ident(split.node), fixed_state)
+        self.task = _Part(split.task, "task", group or (lambda t: t), fixed_state) if split.task is not None else None
+        self.node = _Part(split.node, "node", self._node_ident(split.node), fixed_state) if split.node is not None else None
 
     @staticmethod
     def _node_ident(expr: ir.Expr) -> Callable:
@@ -314,7 +320,9 @@ class SplitScoring:
         return (lambda n: (n.index, n.load)) if load else (lambda n: n.index)
 
     def scores(self, interp: Interpreter, rows: Sequence, cands: Sequence, now: float) -> _SplitScores:
-        return _SplitScores(self.op, self.task.values(interp, rows, now), self.node.values(interp, cands, now))
+        t = self.task.values(interp, rows, now) if self.task else [0.0] * len(rows)
+        n = self.node.values(interp, cands, now) if self.node else [0.0] * len(cands)
+        return _SplitScores(self.op, t, n)
 
     def pair(self, interp: Interpreter, task, node, now: float) -> float:
         return self.scores(interp, [task], [node], now).cell(0, 0)
