@@ -88,11 +88,12 @@ _FINISH, _SYNC = "finish", "sync"
 class _ViewNode:
     """A node as a scheduler with cached loads sees it (the interpreter's NodeView)."""
 
-    __slots__ = ("node", "id", "index", "executors", "queue", "resources", "fields", "load")
+    __slots__ = ("node", "id", "index", "executors", "queue", "slots", "resources", "fields", "load")
 
     def __init__(self, node: Node):
         self.node = node
         self.id, self.index, self.executors, self.queue = node.id, node.index, node.executors, node.queue
+        self.slots = node.slots
         self.resources, self.fields, self.load = node.resources, node.fields, 0
 
     @property
@@ -124,6 +125,10 @@ def _cached(key):
         return k
 
     return get
+
+
+def _itself(x):
+    return x
 
 
 def _row_key(fn, resources: bool):
@@ -162,15 +167,12 @@ class _Queue:
     """
 
     def __init__(self, key):
-        self.key = key
+        self._k = key if key is not None else _itself  # a task's group
         self.groups: dict = {}  # key -> ([(arrival, id)], [Task])
         self.n = 0
 
     def __len__(self) -> int:
         return self.n
-
-    def _k(self, task: Task):
-        return self.key(task) if self.key is not None else task
 
     def add(self, task: Task) -> None:
         keys, tasks = self.groups.setdefault(self._k(task), ([], []))
@@ -223,6 +225,8 @@ class _Sched:
         self.received = self.attempts = self.failed = self.bounces = self.decisions = 0
         self.view: Optional[list[_ViewNode]] = None  # cached loads (as of view_tick, plus own dispatches since)
         self.view_tick = -math.inf
+        self.view_next = -math.inf  # the first heartbeat round after the view was last brought up to date
+        self.attempt_s = 0.0  # busy time of one decision attempt
         self.hb_index = 0
         self.own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
         self.wake_at = -math.inf
@@ -468,6 +472,11 @@ class PlanSim:
                 self.store = self._copy_state(self.locals[0].interp.state)
         self._keeps_state = arch != "hybrid" or plan.local_state
         self._all = ([self.central] if self.central else []) + self.locals
+        for s in self._all:  # the busy time of one decision attempt
+            s.attempt_s = s.costs.compute_s + s.costs.probe_s * plan.load.probes(n)
+        # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
+        self._wakeable = [s for s in self._all if s.role == "scheduler" or arch == "centralized"] \
+            if plan.load.kind != "cached" else []
         if plan.load.kind == "cached":
             for s in self._all:
                 if arch == "hybrid" and s.role == "selector":
@@ -703,11 +712,9 @@ class PlanSim:
 
     def _room_event(self) -> None:
         """A slot freed: schedulers that found no room (probe/sample views) try again."""
-        if self.plan.load.kind == "cached":
-            return
-        for s in self._all:
-            if s.blocked and s.role == "scheduler" or (s.blocked and self.plan.architecture == "centralized"):
-                delay = float(s.rng.uniform(0.0, self._attempt_cost(s)))
+        for s in self._wakeable:
+            if s.blocked:
+                delay = float(s.rng.uniform(0.0, s.attempt_s))
                 self.loop.after(delay, DECIDE, self._wake, s)
 
     def _wake(self, s: _Sched) -> None:
@@ -779,15 +786,10 @@ class PlanSim:
         times.append(self.loop.now)
         loads.append(node.load)
 
-    def _attempt_cost(self, s: _Sched) -> float:
-        c = s.costs
-        return c.compute_s + c.probe_s * self.plan.load.probes(len(self.nodes))
-
     def _step(self, s: _Sched) -> None:
         if s.inbox:
             kind, payload = s.inbox.popleft()
-            c = s.costs
-            cost = {_FINISH: c.finish_s, _SYNC: c.sync_s}[kind]
+            cost = s.costs.finish_s if kind == _FINISH else s.costs.sync_s
             self._busy(s, cost, self._item_done, kind, payload)
             return
         if not s.pending or s.blocked:
@@ -853,20 +855,23 @@ class PlanSim:
             d = min(self.plan.load.d, n)
             picks = sorted(s.rng.choice(n, size=d, replace=False)) if d < n else range(n)
             return [self.nodes[i] for i in picks if self.nodes[i].has_room]
-        tick = self._last_tick(s, self.loop.now)
-        if tick != s.view_tick:
-            s.view_tick = tick
-            for v, (times, loads) in zip(s.view, self._hist):
-                v.load = loads[bisect.bisect_right(times, tick) - 1] if tick >= 0 else loads[0]
-            s.own = [x for x in s.own if x[0] > tick]
-            for _, i in s.own:
-                s.view[i].load += 1
-        return [v for v in s.view if v.load < v.executors + v.queue]
+        now = self.loop.now
+        if now >= s.view_next:  # a heartbeat round may have come since the view was last brought up to date
+            tick = self._last_tick(s, now)
+            if tick != s.view_tick:
+                s.view_tick = tick
+                for v, (times, loads) in zip(s.view, self._hist):
+                    v.load = loads[bisect.bisect_right(times, tick) - 1] if tick >= 0 else loads[0]
+                s.own = [x for x in s.own if x[0] > tick]
+                for _, i in s.own:
+                    s.view[i].load += 1
+            s.view_next = self._next_tick(s, now)
+        return [v for v in s.view if v.load < v.slots]
 
     def _attempt(self, s: _Sched) -> None:
         s.attempts += 1
         now = self.loop.now
-        cost = self._attempt_cost(s)
+        cost = s.attempt_s
         cands = self._view(s)
         pick = None
         if cands:
