@@ -131,12 +131,18 @@ def _itself(x):
     return x
 
 
-def _row_key(fn, resources: bool):
+def _row_key(fn, resources: bool, shared: Optional[dict] = None):
     """A function giving tasks that Score ``fn`` (and the resource fit) cannot tell apart the same key.
 
-    None when every task differs (Score reads ``task.id``). Computed once per task.
+    None when every task differs (Score reads ``task.id``). Computed once per task, and once for
+    all the functions that read the same task attributes when they share a ``shared`` dict.
     """
-    return _cached(_row_key_uncached(fn, resources))
+    if shared is None:
+        return _cached(_row_key_uncached(fn, resources))
+    what = (ir.task_attributes_read(fn), resources)
+    if what not in shared:
+        shared[what] = _cached(_row_key_uncached(fn, resources))
+    return shared[what]
 
 
 def _row_key_uncached(fn, resources: bool):
@@ -391,17 +397,19 @@ class PlanSim:
         self.cr_impl: list[float] = []
         self.cr_ideal: list[float] = []
         self.truth = Interpreter(plan.policy, num_nodes=n)
-        self._key = _row_key(plan.policy.score, self._any_resources)
+        keys: dict = {}  # task -> group key, per set of task attributes read
+        self._key = _row_key(plan.policy.score, self._any_resources, keys)
         # plan.policy's Score: the truth's, and the centralized and decentralized schedulers' decisions
         self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
-        self._task_key = _row_key(plan.task_policy.score, self._any_resources) if plan.task_policy is not None else None
+        self._task_key = _row_key(plan.task_policy.score, self._any_resources, keys) if plan.task_policy is not None else None
         self.gp = _Queue(self._key)  # every task arrived, not yet dispatched nor dropped
         self.merge = dict(plan.merge)
         self.dynamic = tuple(self.merge)
         hooks = {h.name: h for h in plan.policy.hooks}
-        self._hook_keys = {name: _row_key(hooks[name], False) for name in plan.delta_hooks if name in hooks}
+        self._hook_keys = {name: _row_key(hooks[name], False, keys) for name in plan.delta_hooks if name in hooks}
         self._hook_keys = {k: f for k, f in self._hook_keys.items() if f is not None}
-        self._deltas: dict = {}
+        self._deltas: dict = {}  # (hook, kind of task) -> delta
+        self._task_deltas: dict = {name: {} for name in self._hook_keys}  # hook -> task -> delta
         self.placed_by: dict[str, str] = {}
         self.owner: dict[Task, _Sched] = {}  # scheduler that dispatched the task (gets its finish notification)
         self.where: dict[Task, _Sched] = {}  # scheduler holding the task in its pending queue
@@ -540,7 +548,14 @@ class PlanSim:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in state.items()}
 
     def _delta(self, name: str, task: Task) -> dict:
-        """The State change of delta hook ``name`` for ``task``: computed once per kind of task."""
+        """The State change of delta hook ``name`` for ``task``: computed once per kind of task
+        (and looked up once per task: the truth and the schedulers apply it too)."""
+        d = self._task_deltas[name].get(task)
+        if d is None:
+            d = self._task_deltas[name][task] = self._kind_delta(name, task)
+        return d
+
+    def _kind_delta(self, name: str, task: Task) -> dict:
         key = (name, self._hook_keys[name](task))
         d = self._deltas.get(key)
         if d is None:
