@@ -7,6 +7,7 @@ import pytest
 
 from ray_adaptive.compiler import (PlanSpace, Profile, analyze, choose, compile_policy, enumerate_plans,
                                    estimate_cost, lower)
+from ray_adaptive.compiler import estimates
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism
 from ray_adaptive.compiler.plans import Plan
 from ray_adaptive.dsl import load_policy, parse_policy
@@ -307,3 +308,22 @@ def test_compile_command_prints_a_report_or_one_json_object(tmp_path):
 def test_compile_command_errors_are_one_line(args, message):
     out = cli("compile", *args)
     assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replays_in_several_processes_give_the_same_estimates():
+    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=w) for w in (1, 3))
+    assert [e.as_dict() for e in one.estimates] == [e.as_dict() for e in three.estimates]
+
+
+@pytest.mark.parametrize("failing", ["scale", "replay"])
+def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch, failing):
+    job = estimates._job
+
+    def flaky(args):
+        if args[0] == failing:
+            raise ValueError("replay failed")
+        return job(args)
+
+    monkeypatch.setattr(estimates, "_job", flaky)
+    with pytest.raises(ValueError, match="replay failed"):
+        compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=2)

@@ -32,6 +32,7 @@ bottleneck; quality comes from the replay, not from a formula.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -273,13 +274,6 @@ def _ideal_scale_job(args) -> float:
     return ideal_scale(*args)
 
 
-_FORKED_JOBS: Optional[list] = None
-
-
-def _forked_job(i: int):
-    return _job(_FORKED_JOBS[i])
-
-
 def _expected_cost(job) -> float:
     """Relative wall time of a job (measured on DRF-LB), to hand out the longest first."""
     kind, payload = job
@@ -292,6 +286,72 @@ def _expected_cost(job) -> float:
 def _job(args):
     kind, payload = args
     return _ideal_scale_job(payload) if kind == "scale" else _replay(payload)
+
+
+def _run_jobs(jobs: list, workers: int) -> list:
+    """Every job's result, computed here and in ``workers - 1`` forked processes.
+
+    Each process takes the next job, longest first, whenever it is free. This
+    process works too (a pool of ``workers`` would leave it waiting: on 2 CPUs,
+    one fork instead of two), the forked ones inherit the jobs, and a process's
+    results are its only message.
+    """
+    workers = min(workers, len(jobs))
+    if workers <= 1:
+        return [_job(j) for j in jobs]
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    order = sorted(range(len(jobs)), key=lambda i: -_expected_cost(jobs[i]))
+    taken = ctx.Value("i", 0)
+
+    def work() -> list:
+        done = []
+        while True:
+            with taken.get_lock():
+                k = taken.value
+                taken.value += 1
+            if k >= len(order):
+                return done
+            done.append((order[k], _job(jobs[order[k]])))
+
+    children = []
+    for _ in range(workers - 1):
+        receive, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_forked_worker, args=(work, send), daemon=True)
+        child.start()
+        send.close()
+        children.append((child, receive))
+    try:
+        results = dict(work())
+        for child, receive in children:
+            try:
+                ok, payload = receive.recv()
+            except EOFError:
+                raise RuntimeError("a replay process died") from None
+            if not ok:
+                raise payload
+            results.update(payload)
+    except BaseException:
+        for child, _ in children:  # no orphan keeps replaying
+            child.terminate()
+        raise
+    finally:
+        for child, _ in children:
+            child.join()
+    return [results[i] for i in range(len(jobs))]
+
+
+def _forked_worker(work, send) -> None:
+    """A forked process's life: its share of the jobs, sent back (an error too). It exits after: the cyclic
+    garbage collector would only touch -- and so copy -- the parent's pages."""
+    gc.disable()
+    try:
+        send.send((True, work()))
+    except BaseException as e:  # noqa: BLE001 -- handed to the parent, which raises it
+        send.send((False, e))
+    finally:
+        send.close()
 
 
 def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile: Profile, window: Scenario,
@@ -309,23 +369,7 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
             for e in estimates]
     if scale is None:  # the ideal replay runs beside the plans'
         jobs.insert(0, ("scale", (analysis.policy, window)))
-    if workers > 1 and len(jobs) > 1:
-        import concurrent.futures
-        import multiprocessing
-
-        global _FORKED_JOBS
-        _FORKED_JOBS = jobs  # the forked workers inherit the jobs: only their indices are pickled
-        try:
-            with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
-                                                        mp_context=multiprocessing.get_context("fork")) as pool:
-                # longest first (decentralized replays cost ~2x, cached views ~1.5x): less idle tail
-                order = sorted(range(len(jobs)), key=lambda i: -_expected_cost(jobs[i]))
-                done = dict(zip(order, pool.map(_forked_job, order)))
-        finally:
-            _FORKED_JOBS = None
-        raw = [done[i] for i in range(len(jobs))]
-    else:
-        raw = [_job(j) for j in jobs]
+    raw = _run_jobs(jobs, workers)
     if scale is None:
         scale, raw = raw[0], raw[1:]
     results = [_summarise(r, scale, limit) for r in raw]
