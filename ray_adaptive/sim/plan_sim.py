@@ -753,12 +753,13 @@ class PlanSim:
             # heartbeat rounds that arrive while the scheduler works extend its work; idle time absorbs the others
             now = self.loop.now
             counted, end = 0, now + cost
-            while True:
-                n = self._ticks(s, now, end)
-                if n == counted:
-                    break
-                end += (n - counted) * s.costs.heartbeat_s
-                counted = n
+            if self._round_from(s, now) < end:  # mostly not: work lasts a fraction of the period
+                while True:
+                    n = self._ticks(s, now, end)
+                    if n == counted:
+                        break
+                    end += (n - counted) * s.costs.heartbeat_s
+                    counted = n
             cost = end - now
         s.busy = True
         s.busy_s += cost
@@ -790,6 +791,12 @@ class PlanSim:
             if self._tick(s, k) > t:
                 return self._tick(s, k)
         return self._tick(s, j + 2)
+
+    def _round_from(self, s: _Sched, t: float) -> float:
+        """The first heartbeat round of ``s`` at or after ``t``."""
+        j = math.floor(t / self.plan.load.period_s)
+        first = self._tick(s, j)
+        return first if first >= t else self._tick(s, j + 1)
 
     def _ticks(self, s: _Sched, start: float, end: float) -> int:
         """Heartbeat rounds of ``s`` in [start, end)."""
