@@ -5,7 +5,8 @@
 1. compile: DRF-LB on a 10k-event trace (10,000 tasks of the paper's workload
    at 700 tasks/s, written to CSV and read back), the default window (600
    tasks replayed under each of the 12 plans); median of 3, in 1 process and
-   in one per CPU (compile_policy's default). Target: < 0.2 s.
+   in one per CPU (compile_policy's default), wall time and CPU time (this
+   process and the forked ones: steadier on a shared machine). Target: < 0.2 s.
 2. the full default sweep (`ray-adaptive reproduce`: 10 rates x 3 plans + the
    compiler's choice, 2.5 simulated seconds each): wall time and simulated
    events/s. Target: < 10 s.
@@ -35,19 +36,28 @@ def bench_compile(tasks: int, repeats: int, workers: int = 1) -> dict:
     trace = PAPER.workload(rate, tasks / rate * 1.05, seed=0).tasks[:tasks]
     path = os.path.join(tempfile.mkdtemp(), "trace.csv")
     write_trace(path, trace)
-    reads, compiles, choice = [], [], None
+    reads, compiles, cpus, choice = [], [], [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
         specs = read_trace(path)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), _cpu()
         result = compile_policy(policy, trace=specs, workers=workers)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), _cpu()
         reads.append(t1 - t0)
         compiles.append(t2 - t1)
+        cpus.append(c2 - c1)
         choice = result.choice.estimate.plan.name
     return {"workers": workers, "trace_events": len(specs), "read_s_median": round(statistics.median(reads), 4),
             "compile_s_median": round(statistics.median(compiles), 4), "compile_s_all": [round(x, 4) for x in compiles],
+            "compile_cpu_s_median": round(statistics.median(cpus), 4),
             "plans": len(result.estimates), "window": len(result.window.tasks), "choice": choice}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the replays' forked processes): on a shared
+    machine, steadier than wall time."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def bench_sweep(quick: bool) -> dict:
@@ -89,8 +99,8 @@ def main() -> None:
     s = figures["sweep"]
     for c in (figures["compile"], figures["compile_parallel"]):
         print(f"compile drf_lb, {c['trace_events']:,}-event trace, {c['workers']} process(es): {c['compile_s_median']:.3f} s "
-              f"median (+ {c['read_s_median']:.3f} s reading the CSV; {c['plans']} plans x {c['window']} tasks replayed) "
-              f"-> {c['choice']}")
+              f"median, {c['compile_cpu_s_median']:.3f} CPU s (+ {c['read_s_median']:.3f} s reading the CSV; "
+              f"{c['plans']} plans x {c['window']} tasks replayed) -> {c['choice']}")
     print(f"{'quick' if s['quick'] else 'full default'} sweep: {s['runs']} runs over {s['rates']} rates in {s['sweep_s']:.1f} s "
           f"({s['events']:,} simulated events, {s['events_per_s']:,} events/s)")
     for name, x in figures["simulator"].items():
