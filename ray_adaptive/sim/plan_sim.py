@@ -868,10 +868,13 @@ class PlanSim:
         self._step(s)
 
     # decision attempt (centralized, decentralized, placement schedulers) ---
+    def _with_room(self) -> list[Node]:
+        return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
+
     def _view(self, s: _Sched) -> list:
         kind = self.plan.load.kind
         if kind == "probe":
-            return [x for x in self.nodes if x.has_room]
+            return self._with_room()
         if kind == "sample":
             n = len(self.nodes)
             d = min(self.plan.load.d, n)
@@ -971,7 +974,7 @@ class PlanSim:
         if (self._cr_count - 1) % self.cr_every:
             return None
         heads = self.gp.heads(decided_at)
-        cands = [x for x in self.nodes if x.has_room]
+        cands = self._with_room()
         if not heads or not cands:
             return None
         now = self.loop.now
@@ -989,7 +992,7 @@ class PlanSim:
     def _mth_best(best_per_group: list[float], counts: list[int], cands: list) -> float:
         """The score of the m-th best pending task, m = min(#pending, #free slots), each group's tasks
         at the group's best score, groups tied in queue order (a stable sort)."""
-        free = sum(x.executors + x.queue - x.load for x in cands)
+        free = sum(x.slots - x.load for x in cands)
         m = max(1, min(free, sum(counts)))
         reach = 0
         for g in sorted(range(len(counts)), key=best_per_group.__getitem__):
