@@ -91,13 +91,27 @@ def replay(policy: str, scenario: str, quiet: bool) -> None:
 
 
 @main.command()
-@click.option("--policy", "policy_name", default="drf_lb", show_default=True, help="Policy to replay.")
-@click.option("--every", default=0.5, show_default=True, help="Seconds between rows.")
-def demo(policy_name: str, every: float) -> None:
-    """Replay the shipped 3-tenant scenario and print each tenant's share over time."""
-    from ray_adaptive.demo import run_demo
+@click.option("--replay", is_flag=True, help="Replay the shipped scenario in the simulator instead (no Ray).")
+@click.option("--policy", "policy_name", default="drf_lb", show_default=True, help="Policy to replay (--replay).")
+@click.option("--every", default=0.5, show_default=True, help="Seconds between rows (--replay).")
+@click.option("--nodes", type=int, default=4, show_default=True, help="Nodes of the local Ray cluster.")
+def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
+    """DRF-LB through the runtime on a local Ray cluster: goodput and fairness per plan.
 
-    run_demo(policy_name, every)
+    With --replay: the shipped 3-tenant scenario in the simulator, each tenant's share over time.
+    """
+    if replay:
+        from ray_adaptive.demo import run_demo
+
+        run_demo(policy_name, every)
+        return
+    from ray_adaptive.ray_experiment import reproduce_ray
+
+    if nodes < 1:
+        _fail(f"error: --nodes must be >= 1, found {nodes}")
+    click.echo("DRF-LB, 3 tenants (greedy at 3x each other), each submitting from its own process, "
+               "under each plan, below and above the cluster's capacity.")
+    reproduce_ray("out/demo", quick=True, nodes=nodes, echo=click.echo)
 
 
 @main.command(name="compile")
@@ -153,7 +167,9 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, lim
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-measure", is_flag=True, help="Use the fixed unit compute of the latency model (machine-independent).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress) -> None:
+@click.option("--ray", "on_ray", is_flag=True, help="Run it on a local Ray cluster through the runtime instead.")
+@click.option("--nodes", type=int, default=6, show_default=True, help="Nodes of the local Ray cluster (--ray).")
+def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.reproduce import reproduce as run
 
@@ -163,6 +179,14 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress) -> 
         _fail(f"error: --rates must be comma-separated numbers, found {rates!r}")
     if rate_list is not None and (not rate_list or any(r <= 0 for r in rate_list)):
         _fail("error: --rates must be positive numbers")
+    if on_ray:
+        from ray_adaptive.ray_experiment import reproduce_ray
+
+        if nodes < 1:
+            _fail(f"error: --nodes must be >= 1, found {nodes}")
+        reproduce_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_ray", quick=quick, nodes=nodes,
+                      rates=rate_list, echo=click.echo)
+        return
     try:
         run(out_dir, quick=quick, rates=rate_list, seconds=seconds, seed=seed, measure=not no_measure,
             show_progress=not no_progress, echo=click.echo)

@@ -2,11 +2,13 @@
 
     python release_tests/bench_runtime.py [--smoke-test] [--out runtime.json]
 
-No-op tasks (num_cpus=1) on a 4-node x 2-CPU local cluster. For each policy,
-the caller-side router places every task (decision in the submitting process,
-binding through per-node slot resources); the ratio is its tasks/s over plain
+No-op tasks (num_cpus=1) on a 4-node x 2-CPU local cluster. For each plan
+(centralized: selector actor; decentralized: decisions in the submitting
+process; hybrid: selector + placement actors) and policy, the driver
+submits in a loop -- ``.remote()`` and ``.submit()`` (a Future of the ref,
+so a remote plan batches) -- and the ratio is its tasks/s over plain
 ``@ray.remote`` tasks/s measured alternately in the same run (median of
-repeats). Also the decision latency p50/p99 inside the router.
+repeats). Also the decision latency p50/p99 of the deciding scheduler.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the figures to this JSON file")
     ap.add_argument("--queue", type=int, default=2, help="per-node queue of the cluster model (slots = CPUs + queue)")
     ap.add_argument("--policies", default="least_loaded,drf_lb")
+    ap.add_argument("--plans", default="decentralized,centralized,hybrid")
     args = ap.parse_args()
     tasks, repeats = (300, 1) if args.smoke_test else (2000, 5)
 
@@ -42,38 +45,45 @@ def main() -> None:
         ray.get([noop.remote(i) for i in range(tasks)])
         return tasks / (time.perf_counter() - start)
 
-    def through(policy: str, fields: dict) -> float:
+    def through(policy: str, fields: dict, how: str) -> float:
         fn = ra.policy(policy)(noop).options(task=fields) if fields else ra.policy(policy)(noop)
         start = time.perf_counter()
-        refs = [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
+        if how == "remote":
+            refs = [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
+        else:
+            refs = [f.result() for f in [fn.submit(i) for i in range(tasks)]]
         ray.get(refs)
         return tasks / (time.perf_counter() - start)
 
-    figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "cluster": "4 nodes x 2 CPUs (local)", "policies": {}}
+    figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "cluster": "4 nodes x 2 CPUs (local)", "runs": []}
     with local_cluster(num_nodes=4, num_cpus=2):
         ray.get([noop.remote(i) for i in range(200)])  # warm the workers
         fields_of = {"least_loaded": {}, "drf_lb": {"tenant": "a", "resource_vec": VEC}}
-        for policy in args.policies.split(","):
-            fields = fields_of[policy]
-            rt = ra.start(policy, queue=args.queue)
-            plain_rates, policy_rates = [], []
-            through(policy, fields)  # warm up this shape's leases
-            for _ in range(repeats):
-                plain_rates.append(plain())
-                policy_rates.append(through(policy, fields))
-            ratios = [p / b for p, b in zip(policy_rates, plain_rates)]
-            stats = rt.stats()
-            ra.shutdown()
-            figures["policies"][policy] = {
-                "plain_tasks_per_s": round(statistics.median(plain_rates)),
-                "policy_tasks_per_s": round(statistics.median(policy_rates)),
-                "ratio_median": round(statistics.median(ratios), 3),
-                "decision_p50_us": round(stats["decision_p50_s"] * 1e6, 1),
-                "decision_p99_us": round(stats["decision_p99_s"] * 1e6, 1),
-            }
-            f = figures["policies"][policy]
-            print(f"{policy:>13}: {f['policy_tasks_per_s']} tasks/s vs plain {f['plain_tasks_per_s']} "
-                  f"-> {f['ratio_median']}x; decision p50 {f['decision_p50_us']} us, p99 {f['decision_p99_us']} us")
+        for plan in args.plans.split(","):
+            for policy in args.policies.split(","):
+                fields = fields_of[policy]
+                rt = ra.start(policy, plan=plan, queue=args.queue)
+                for how in ("remote", "submit"):
+                    plain_rates, policy_rates = [], []
+                    through(policy, fields, how)  # warm up this shape's leases
+                    for _ in range(repeats):
+                        plain_rates.append(plain())
+                        policy_rates.append(through(policy, fields, how))
+                    ratios = [p / b for p, b in zip(policy_rates, plain_rates)]
+                    stats = rt.stats()
+                    f = {
+                        "plan": rt.plan.name, "policy": policy, "loop": f".{how}()",
+                        "plain_tasks_per_s": round(statistics.median(plain_rates)),
+                        "policy_tasks_per_s": round(statistics.median(policy_rates)),
+                        "ratio_median": round(statistics.median(ratios), 3),
+                        "decision_p50_us": round(stats["decision_p50_s"] * 1e6, 1),
+                        "decision_p99_us": round(stats["decision_p99_s"] * 1e6, 1),
+                    }
+                    figures["runs"].append(f)
+                    print(f"{f['plan']:>26} {policy:>13} {f['loop']:>9}: {f['policy_tasks_per_s']} tasks/s vs plain "
+                          f"{f['plain_tasks_per_s']} -> {f['ratio_median']}x; decision p50 {f['decision_p50_us']} us, "
+                          f"p99 {f['decision_p99_us']} us", flush=True)
+                ra.shutdown()
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(figures, fh, indent=2)

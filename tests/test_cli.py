@@ -58,7 +58,7 @@ def test_invalid_json_and_missing_files(tmp_path):
 
 
 def test_demo_prints_shares_over_time_and_fairness():
-    out = cli("demo")
+    out = cli("demo", "--replay")
     assert out.returncode == 0, out.stderr
     assert "dominant share" in out.stdout and "Jain's index" in out.stdout
     rows = {l.split()[0]: l for l in out.stdout.splitlines() if l.split() and l.split()[0] in ("drf_lb", "fifo")}

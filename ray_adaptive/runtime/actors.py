@@ -81,8 +81,9 @@ class StateStore:
 class _Member:
     """A scheduler that syncs with the store: State deltas and heartbeats of loads."""
 
-    def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store):
+    def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0):
         self.member, self.spec, self.sched, self.store = member, spec, sched, store
+        self.floor_s = floor_s  # the shortest period between syncs, whatever the plan says
         self._next = 0.0
 
     def due(self) -> bool:
@@ -99,7 +100,7 @@ class _Member:
             self.sched.interp.state.update(copy_state(state))
         self.sched.set_others(others)
         period = min(p for p in (self.spec.sync_s, self.spec.heartbeat_s, 1.0) if p > 0) if self.spec.merge or self.spec.heartbeat_s else 0.0
-        self._next = time.monotonic() + period
+        self._next = time.monotonic() + max(period, self.floor_s)
 
     def decided(self) -> None:
         """After dispatching: a probing view (no heartbeat period) tells the store at once, so the

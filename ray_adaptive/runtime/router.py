@@ -141,8 +141,13 @@ class Router:
         return True
 
     def wait(self, future: Future):
-        """The ObjectRef of a submitted task, once placed. A caller blocked here applies
-        completions itself: one thread hand-off per task instead of two."""
+        """The ObjectRef of a submitted task, once placed. Waiting for a local decision, the
+        caller applies completions itself: one thread hand-off per task instead of two.
+        (A remote decision arrives on the selector client's thread: the caller just waits;
+        a second consumer of the completion queue there was seen to hang the caller's
+        ``SimpleQueue.get(timeout=...)`` with the future already done.)"""
+        if self.decider.remote:
+            return future.result()
         while not future.done():
             self._apply_completions(block=0.005)
         return future.result()

@@ -157,12 +157,15 @@ class LocalDecider:
     """Decisions in this process (a decentralized scheduler): a replica of State, synced through the store."""
 
     remote = False
+    SYNC_FLOOR_S = 0.01
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[dict], store, t0: float):
         self.client = new_client_id()
         self._t0 = t0
         self.sched = make_scheduler(spec, nodes, seed=hash(self.client) & 0xFFFF)
-        self._m = _Member(f"caller-{self.client}", spec, self.sched, store)
+        # a store round trip per decision batch ("probe", "store per decision") would put an actor
+        # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
+        self._m = _Member(f"caller-{self.client}", spec, self.sched, store, floor_s=self.SYNC_FLOOR_S)
 
     def now(self) -> float:
         return time.time() - self._t0

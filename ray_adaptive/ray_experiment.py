@@ -1,0 +1,270 @@
+"""The paper's experiment on real Ray: DRF-LB through the runtime, per plan and arrival rate.
+
+Three tenants, "greedy" at 3x the rate of each other one, Poisson arrivals.
+Each tenant submits from its own process (a submitter actor), as tenants'
+drivers do; every task sleeps ``duration_s`` on one of the nodes'
+single executors and is dropped -- returns without running -- when it
+starts more than ``timeout_s`` after its arrival. Per plan and rate:
+goodput (tasks finished on time per second), drops, each tenant's goodput,
+Jain's index over service ratios (goodput / max-min fair share), decision
+latency, and the compiler's estimates for the same plan.
+
+Example::
+
+    with local_cluster(num_nodes=6, num_cpus=1):
+        rows = run_sweep(RayExperiment(), rates=[60, 120], plans=["centralized", "hybrid"])
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from ray_adaptive.sim.metrics import jain_index, service_ratios
+from ray_adaptive.sim.workload import paper_tenants
+
+__all__ = ["RayExperiment", "run_plan", "run_sweep", "PLANS"]
+
+PLANS = ("centralized", "decentralized", "hybrid")
+POLICY = "drf_lb"
+
+
+@dataclass(frozen=True)
+class RayExperiment:
+    """The workload and cluster model of one real-Ray run."""
+
+    duration_s: float = 0.05  # task length: one executor serves 20 tasks/s
+    timeout_s: float = 1.0
+    seconds: float = 4.0  # arrivals per run
+    queue: int = 2
+    seed: int = 0
+
+    def capacity(self, nodes: int) -> float:
+        """Execution bound (tasks/s) of ``nodes`` single-executor nodes."""
+        return nodes / self.duration_s
+
+
+def _job_fn():
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def job(deadline: float, duration: float):
+        start = time.time()
+        if start > deadline:  # too late: dropped, as the cluster model's timeout drops it
+            return start, False
+        time.sleep(duration)
+        return start, True
+
+    return job
+
+
+def _submitter_cls():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        """One tenant's driver: submits its tasks at their arrival times."""
+
+        def run(self, tenant: str, offsets: List[float], t0: float, exp: RayExperiment, vec: list) -> list:
+            import ray_adaptive as ra
+
+            fn = ra.policy(POLICY)(_job_fn()).options(task={"tenant": tenant, "resource_vec": vec})
+            futures = []
+            for off in offsets:
+                delay = t0 + off - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                futures.append((off, fn.submit(t0 + off + exp.timeout_s, exp.duration_s)))
+            out = []
+            for off, f in futures:
+                start, ok = ray.get(f.result())
+                out.append((off, start - t0, ok))
+            return out
+
+    return Submitter
+
+
+def _arrivals(rate: float, exp: RayExperiment) -> dict:
+    rng = np.random.default_rng(exp.seed)
+    return {t.name: sorted(rng.uniform(0.0, exp.seconds, rng.poisson(t.rate * exp.seconds)).tolist())
+            for t in paper_tenants(rate)}
+
+
+def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> dict:
+    """One run of ``plan`` at ``rate`` tasks/s on the connected cluster; a row of figures."""
+    import ray
+
+    import ray_adaptive as ra
+
+    nodes = len([n for n in ray.nodes() if n["Alive"]])
+    capacity = exp.capacity(nodes)
+    arrivals = _arrivals(rate, exp)
+    rt = ra.start(POLICY, plan=plan, executors=1, queue=exp.queue, metrics_every_s=None)
+    try:
+        Submitter = _submitter_cls()
+        subs = {t: Submitter.remote() for t in arrivals}
+        ray.get([s.__ray_ready__.remote() for s in subs.values()])
+        vec = [0.1, 0.2, 0.1]
+        t0 = time.time() + 0.5
+        results = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, vec) for t in arrivals])
+        stats = rt.stats()
+        name, arch = rt.plan.name, rt.plan.architecture
+    finally:
+        ra.shutdown()
+        for s in locals().get("subs", {}).values():
+            ray.kill(s)
+    on_time = {t: sum(ok for _, _, ok in res) for t, res in zip(arrivals, results)}
+    offered = {t: len(arrivals[t]) / exp.seconds for t in arrivals}
+    goodput = {t: on_time[t] / exp.seconds for t in arrivals}
+    ratios = service_ratios(goodput, offered, capacity)
+    row = {
+        "plan": name, "architecture": arch, "rate": rate, "nodes": nodes, "capacity": capacity,
+        "offered": round(sum(offered.values()), 2), "goodput": round(sum(goodput.values()), 2),
+        "drops": sum(len(arrivals[t]) - on_time[t] for t in arrivals),
+        "jfi": round(jain_index(list(ratios.values())), 4),
+        "decision_p50_ms": round(stats["decision_p50_s"] * 1e3, 3),
+        "decision_p99_ms": round(stats["decision_p99_s"] * 1e3, 3),
+    }
+    row.update({f"goodput_{t}": round(goodput[t], 2) for t in sorted(goodput)})
+    return row
+
+
+def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment) -> dict:
+    """The compiler's estimates for the plan the runtime ran, at this rate and cluster."""
+    import dataclasses
+
+    from ray_adaptive.compiler import compile_policy
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.sim.scenario import scenario_from_dict
+    from ray_adaptive.sim.workload import tenant_workload
+
+    # the same workload as the run: these task lengths, one submitter per tenant, this timeout
+    tenants = [dataclasses.replace(t, duration=exp.duration_s, clients=1) for t in paper_tenants(rate)]
+    trace = scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, queue=exp.queue, timeout=exp.timeout_s,
+                                               seed=exp.seed)).tasks
+    c = compile_policy(load_policy(POLICY), trace=trace, nodes=nodes, executors=1, queue=exp.queue, workers=1)
+    try:
+        e = c.estimate(plan_name)
+    except KeyError:
+        return {}
+    # the scheduler-bound goodput: what arrives, up to the plan's throughput and the execution bound
+    return {"est_throughput": round(e.throughput, 1), "est_competitive_ratio": round(e.competitive_ratio, 4),
+            "est_goodput": round(min(rate, e.throughput, exp.capacity(nodes)), 2), "compiler_choice": c.choice.estimate.plan.name}
+
+
+def run_sweep(exp: RayExperiment, rates: Sequence[float], plans: Sequence[str] = PLANS, with_estimates: bool = True,
+              progress: Optional[Callable[[dict], None]] = None) -> List[dict]:
+    """Every plan at every rate on the connected cluster."""
+    import ray
+
+    nodes = len([n for n in ray.nodes() if n["Alive"]])
+    rows = []
+    for rate in rates:
+        for plan in plans:
+            row = run_plan(plan, rate, exp)
+            if with_estimates:
+                row.update(estimate(row["plan"], rate, nodes, exp))
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return rows
+
+
+def format_rows(rows: Sequence[dict]) -> str:
+    """A table: per plan and rate, goodput, drops, per-tenant goodput, fairness, estimates."""
+    tenants = sorted(k[len("goodput_"):] for k in rows[0] if k.startswith("goodput_")) if rows else []
+    head = (f"{'rate':>6} {'plan':<27} {'goodput':>8} {'drops':>6} " + " ".join(f"{t:>7}" for t in tenants)
+            + f" {'JFI':>6} {'dec p50':>8} {'est gp':>7}")
+    out = [head]
+    for r in rows:
+        est = r.get("est_goodput")
+        out.append(f"{r['rate']:>6.0f} {r['plan']:<27} {r['goodput']:>8.1f} {r['drops']:>6d} "
+                   + " ".join(f"{r['goodput_' + t]:>7.1f}" for t in tenants)
+                   + f" {r['jfi']:>6.3f} {r['decision_p50_ms']:>6.2f}ms {'' if est is None else f'{est:7.1f}'}")
+    return "\n".join(out)
+
+
+def plot_rows(rows: Sequence[dict], out_dir) -> list:
+    """goodput vs rate, JFI vs rate (per architecture), estimated vs measured goodput."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    paths = []
+    archs = sorted({r["architecture"] for r in rows})
+    for key, label in (("goodput", "goodput (tasks/s)"), ("jfi", "Jain's fairness index")):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for a in archs:
+            pts = sorted((r["rate"], r[key]) for r in rows if r["architecture"] == a)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=a)
+        ax.set_xlabel("arrival rate (tasks/s)")
+        ax.set_ylabel(label)
+        ax.set_title(f"DRF-LB on Ray: {label}")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / f"ray_{key}_vs_rate.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    est = [r for r in rows if r.get("est_goodput") is not None]
+    if est:
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        for a in archs:
+            pts = [(r["est_goodput"], r["goodput"]) for r in est if r["architecture"] == a]
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=a)
+        top = max(max(r["est_goodput"], r["goodput"]) for r in est) * 1.05
+        ax.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("estimated goodput (tasks/s)")
+        ax.set_ylabel("measured goodput on Ray (tasks/s)")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / "ray_estimated_vs_measured.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def reproduce_ray(out_dir="out/reproduce_ray", quick: bool = False, nodes: int = 6,
+                  rates: Optional[Sequence[float]] = None, plans: Sequence[str] = PLANS,
+                  echo: Callable[[str], None] = print) -> List[dict]:
+    """``ray-adaptive reproduce --ray``: a local cluster of ``nodes`` single-executor nodes (unless
+    Ray is already connected), every plan at every rate; writes ray_sweep.csv and the PNGs."""
+    from pathlib import Path
+
+    import pandas as pd
+    import ray
+
+    from ray_adaptive.local_cluster import local_cluster
+
+    exp = RayExperiment(seconds=2.0 if quick else 4.0)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def sweep() -> List[dict]:
+        n = len([x for x in ray.nodes() if x["Alive"]])
+        cap = exp.capacity(n)
+        chosen = rates or ([0.5 * cap, 1.5 * cap] if quick else [0.5 * cap, 0.9 * cap, 1.2 * cap, 1.6 * cap])
+        echo(f"{n} nodes x 1 executor, tasks of {exp.duration_s * 1e3:.0f} ms: execution bound {cap:.0f} tasks/s; "
+             f"rates {', '.join(f'{r:.0f}' for r in chosen)}; {exp.seconds:g} s of arrivals per run")
+        return run_sweep(exp, chosen, plans, progress=lambda r: echo(
+            f"  rate {r['rate']:.0f} {r['plan']}: goodput {r['goodput']:.1f}/s, JFI {r['jfi']:.3f}"))
+
+    if ray.is_initialized():
+        rows = sweep()
+    else:
+        echo(f"starting a local Ray cluster of {nodes} nodes ...")
+        with local_cluster(num_nodes=nodes, num_cpus=1):
+            rows = sweep()
+    pd.DataFrame(rows).to_csv(out / "ray_sweep.csv", index=False)
+    paths = plot_rows(rows, out)
+    echo("\n" + format_rows(rows))
+    echo(f"\nwrote {out / 'ray_sweep.csv'} and {', '.join(p.name for p in paths)}")
+    return rows
