@@ -154,3 +154,19 @@ def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
     assert len(snap["selector"]["running"]) == 4
     assert snap["selector"]["state"]["alloc"]["a"] == pytest.approx([0.4, 0.8, 0.4])
     ray.get([f.result(timeout=60) for f in futures])
+
+
+def test_the_experiment_on_ray_measures_goodput_fairness_and_estimates(ray_cluster, tmp_path):
+    from ray_adaptive.ray_experiment import RayExperiment, plot_rows, run_sweep
+
+    exp = RayExperiment(seconds=1.5, duration_s=0.05)
+    rate = 1.6 * exp.capacity(8)  # overloaded: 4 nodes x 2 CPUs carry 160 tasks/s
+    rows = run_sweep(exp, [rate], plans=["centralized", "hybrid"])
+    assert [r["architecture"] for r in rows] == ["centralized", "hybrid"]
+    for r in rows:
+        assert 0 < r["goodput"] <= r["capacity"] * 1.1 and r["drops"] > 0  # over capacity, some are dropped
+        assert 0 < r["jfi"] <= 1 and set(k for k in r if k.startswith("goodput_")) == {
+            "goodput_a", "goodput_b", "goodput_greedy"}
+        assert r["est_throughput"] > 0 and r["est_goodput"] > 0
+    assert all(p.exists() for p in plot_rows(rows, tmp_path))
+    assert resources.created_resources() == {}
