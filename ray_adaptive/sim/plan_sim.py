@@ -74,7 +74,7 @@ from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.cluster import Cluster
-from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
+from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
 from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.scenario import Scenario, check_fields
@@ -1024,5 +1024,6 @@ def simulate(plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0
     busy (the steady state of an overloaded cluster), see :meth:`PlanSim._prefill`.
     ``cr_from``: sample the competitive ratio only from this time on.
     """
-    return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
-                   deadline=deadline, prefill=prefill, cr_from=cr_from, source=source).run()
+    with gc_paused():
+        return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
+                       deadline=deadline, prefill=prefill, cr_from=cr_from, source=source).run()

@@ -13,9 +13,10 @@ one pair. Two ways to get them, with the same results:
   first minimum in O(T + N): because the combination is non-decreasing in N,
   every group's best node is the node with the smallest N, so the decision is
   the first group minimising ``T op n_min``, then the first node minimising
-  that group's row. Score is a float, so the parts are combined in IEEE
-  double arithmetic on Python floats -- the very float64 operation the
-  interpreter performs -- and every score is bit-for-bit the matrix's.
+  that group's row. A two-sided Score is a float, so the parts are combined
+  in IEEE double arithmetic on Python floats -- the very float64 operation
+  the interpreter performs -- and every score is bit-for-bit the matrix's (a
+  one-sided Score, T or N alone, combines nothing).
 
 Most of a replay's time went to the interpreter's per-call cost on matrices
 of a few cells (two calls per dispatched task, and one per refused attempt);
@@ -44,7 +45,7 @@ _MEMO_LIMIT = 100_000  # values remembered per part
 @dataclass(frozen=True)
 class ScoreSplit:
     """Score's return value is ``op(task, node)``, a float (in either operand order: the ops commute),
-    or one-sided: ``task`` alone (op ``"task"``, no node part) or ``node`` alone (op ``"node"``).
+    or one-sided, of any numeric type: ``task`` alone (op ``"task"``) or ``node`` alone (op ``"node"``).
 
     ``task`` reads no node, ``node`` reads no task (locals inlined), and the
     combination is non-decreasing in the node part for every value of the
