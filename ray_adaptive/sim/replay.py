@@ -10,7 +10,7 @@ import numpy as np
 
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.sim.cluster import Cluster
-from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
+from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
 from ray_adaptive.sim.ideal import Decision, IdealScheduler
 from ray_adaptive.sim.model import DEADLINES, Task
 from ray_adaptive.sim.scenario import Scenario, check_fields
@@ -130,4 +130,5 @@ class Replay:
 
 def replay(policy: Policy, scenario: Scenario, **kwargs) -> ReplayResult:
     """Run ``scenario`` under ``policy``'s ideal scheduler and return the result."""
-    return Replay(policy, scenario, **kwargs).run()
+    with gc_paused():  # the set-up too (see gc_paused)
+        return Replay(policy, scenario, **kwargs).run()
