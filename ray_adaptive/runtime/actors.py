@@ -102,10 +102,11 @@ class _Member:
         period = min(p for p in (self.spec.sync_s, self.spec.heartbeat_s, 1.0) if p > 0) if self.spec.merge or self.spec.heartbeat_s else 0.0
         self._next = time.monotonic() + max(period, self.floor_s)
 
-    def decided(self) -> None:
-        """After dispatching: a probing view (no heartbeat period) tells the store at once, so the
-        others' next probe sees these tasks."""
-        if self.store is not None and not self.spec.heartbeat_s:
+    def report(self) -> None:
+        """After dispatching or finishing: tell the store this scheduler's loads at once (fire and
+        forget). Without it a scheduler with nothing pending never syncs, and the others would
+        wait forever for room its finished tasks freed."""
+        if self.store is not None:
             self.store.sync.remote(self.member, {}, self.sched.outstanding())
 
 
@@ -132,8 +133,8 @@ class Placement:
         if s.pending and self._m.due():
             self._m.sync()
         decided = s.decide(now)
-        if decided:
-            self._m.decided()
+        if decided or finished:
+            self._m.report()
         return [(t.id, t.node) for t in decided]
 
     def mark_dead(self, node_id: str) -> None:

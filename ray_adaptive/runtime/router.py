@@ -172,7 +172,7 @@ class Router:
         while True:
             self._apply_completions(block=self.TICK_S)
             with self._cond:
-                chosen = self.decider.tick() if not self._closed and self.decider.pending else []
+                chosen = self.decider.tick() if not self._closed else []
             self._launch(chosen)
             if time.monotonic() >= self._next_node_check:
                 self._next_node_check = time.monotonic() + self.NODE_CHECK_S

@@ -166,6 +166,7 @@ class LocalDecider:
         # a store round trip per decision batch ("probe", "store per decision") would put an actor
         # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
         self._m = _Member(f"caller-{self.client}", spec, self.sched, store, floor_s=self.SYNC_FLOOR_S)
+        self._dirty = False  # finishes the store has not heard of
 
     def now(self) -> float:
         return time.time() - self._t0
@@ -180,17 +181,22 @@ class LocalDecider:
         now = self.now()
         for tid in ids:
             self.sched.finish(tid, now)
+        self._dirty = self._dirty or bool(ids)
         return self.decide()
 
     def decide(self) -> List[TaskState]:
         if self.sched.pending and self._m.due():
             self._m.sync()
+            self._dirty = False
         return self.sched.decide(self.now())
 
     def tick(self) -> List[TaskState]:
-        """Called while tasks wait: a heartbeat may show room that finishes elsewhere made."""
-        if self._m.due():
+        """Called by the dispatcher thread: while tasks wait, a heartbeat may show room that finishes
+        elsewhere made; with nothing pending, the store still learns of this process's finishes
+        (else other processes would keep seeing those slots taken)."""
+        if (self.sched.pending or self._dirty) and self._m.due():
             self._m.sync()
+            self._dirty = False
             return self.sched.decide(self.now())
         return []
 
