@@ -193,7 +193,8 @@ def _runtime(p: Policy, plan, why: str, topology, group_by, metrics_every_s, bin
     on_dead = None
     if binding is not None:  # the starting process moves a dead node's slot to a live node
         def on_dead(node_id: str) -> None:
-            hosts = [n for n in binding.slots if n in _alive_node_ids()]
+            alive = _alive_node_ids()
+            hosts = [n for n in binding.slots if n in alive]
             if hosts:
                 binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
 

@@ -113,6 +113,7 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
     capacity = executors / exp.duration_s
     arrivals = _arrivals(rate, exp)
     rt = ra.start(POLICY, plan=plan, queue=exp.queue, metrics_every_s=None)
+    subs: dict = {}
     try:
         Submitter = _submitter_cls()
         subs = {t: Submitter.remote() for t in arrivals}
@@ -123,14 +124,13 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
         results = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, vec) for t in arrivals])
         stats = rt.stats()
         name, arch = rt.plan.name, rt.plan.architecture
-        plan_obj = rt.plan
     finally:
         ra.shutdown()
-        for s in locals().get("subs", {}).values():
+        for s in subs.values():
             ray.kill(s)
     # on time = started by its deadline, counted while arrivals run (what the nodes carry in that time)
     on_time = {t: sum(ok and start <= exp.seconds for _, start, ok in res) for t, (res, _, _) in zip(arrivals, results)}
-    if plan_obj.architecture == "decentralized":  # the decisions were made in the submitting processes
+    if arch == "decentralized":  # the decisions were made in the submitting processes
         stats = {"decision_p50_s": max(r[1] for r in results), "decision_p99_s": max(r[2] for r in results)}
     offered = {t: len(arrivals[t]) / exp.seconds for t in arrivals}
     goodput = {t: on_time[t] / exp.seconds for t in arrivals}

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.runtime.roles import RoleSpec
 from ray_adaptive.runtime.scheduler import POOL, NodeState, Scheduler, TaskState
-from ray_adaptive.runtime.state import copy_state, merge_into
+from ray_adaptive.sim.replicas import copy_state, merge_into
 
 __all__ = ["StateStore", "Selector", "Placement", "make_scheduler"]
 

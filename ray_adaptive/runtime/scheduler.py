@@ -29,11 +29,11 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 from ray_adaptive.dsl.ir import Policy
-from ray_adaptive.runtime.state import DeltaLog, copy_state
+from ray_adaptive.sim.replicas import DeltaLog, copy_state
 
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 

@@ -77,6 +77,7 @@ from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
 from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
+from ray_adaptive.sim.replicas import merge_into
 from ray_adaptive.sim.scenario import Scenario, check_fields
 from ray_adaptive.sim.scoring import scoring_for
 
@@ -638,24 +639,7 @@ class PlanSim:
 
     def _push_pull(self, s: _Sched) -> None:
         store = self.store
-        for v, delta in s.unpushed.items():
-            kind = self.merge[v]
-            if isinstance(delta, dict):
-                target = store.setdefault(v, {})
-                for k, d in delta.items():
-                    if kind == "add":
-                        target[k] = target[k] + d if k in target else d
-                    elif kind in ("max", "min") and k in target:
-                        target[k] = np.maximum(target[k], d) if kind == "max" else np.minimum(target[k], d)
-                    else:
-                        target[k] = d
-            else:
-                if kind == "add":
-                    store[v] = store[v] + delta
-                elif kind in ("max", "min"):
-                    store[v] = max(store[v], delta) if kind == "max" else min(store[v], delta)
-                else:
-                    store[v] = delta
+        merge_into(store, s.unpushed, self.merge)
         s.unpushed = {}
         state = s.interp.state
         for v in self.dynamic:

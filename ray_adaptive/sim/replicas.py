@@ -1,5 +1,7 @@
 """Replicated State: what a replica's hooks changed since its last push, and merging it.
 
+Shared by the plan simulator's periodic sync and the runtime's state store.
+
 The compiler classifies each State variable hooks change by how replicas
 merge (``add`` for ``+=``/``-=`` deltas, ``max``/``min``, ``none``: last
 writer wins; see :mod:`ray_adaptive.compiler.units`). A replica records its
@@ -35,10 +37,10 @@ def copy_state(state: Mapping[str, Any]) -> dict:
 def _combine(kind: str, old, new):
     if kind == "add":
         return old + new
-    if kind == "max":
-        return np.maximum(old, new)
-    if kind == "min":
-        return np.minimum(old, new)
+    if kind in ("max", "min"):
+        if isinstance(old, np.ndarray) or isinstance(new, np.ndarray):  # vecs: element-wise
+            return np.maximum(old, new) if kind == "max" else np.minimum(old, new)
+        return max(old, new) if kind == "max" else min(old, new)
     return new
 
 
