@@ -143,16 +143,53 @@ def test_tasks_submitted_from_other_processes_join_the_runtime(drf, plan):
         ray.kill(s)
 
 
+def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arrives(drf):
+    rt = drf("centralized", queue=0)  # 4 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def join(self):
+            return ra.runtime_of("drf_lb").plan.name  # joined: no exchange with the selector yet
+
+        def run(self, n):
+            f = ra.policy("drf_lb")(work)
+            return ray.get([f.options(task={"tenant": "b", "resource_vec": VEC}).remote(i, 0.05) for i in range(n)])
+
+    sub = Submitter.remote()
+    assert ray.get(sub.join.remote()) == "centralized"
+    fn = ra.policy("drf_lb")(work)
+    greedy = [fn.options(task={"tenant": "greedy", "resource_vec": VEC}).submit(i, 0.3) for i in range(24)]
+    time.sleep(0.1)
+    selector = rt.topology.selector
+    assert ray.get(selector.stats.remote())["holder"] == rt.router.decider.client  # decided in this process
+    b = ray.get(sub.run.remote(6), timeout=60)  # its first exchange recalls the lease
+    g = ray.get([f.result(timeout=60) for f in greedy])
+    ray.kill(sub)
+    assert [x for x, _, _ in g] == list(range(24)) and [x for x, _, _ in b] == list(range(6))
+    # DRF across the handover: b (no allocation) takes the slots greedy frees, ahead of greedy's backlog
+    assert max(start for _, _, start in b) < max(start for _, _, start in g)
+    deadline = time.monotonic() + 10
+    while rt.stats()["finished"] < 24 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stats, snap = ray.get(selector.stats.remote()), ray.get(selector.export.remote())
+    assert stats["holder"] is None and stats["leases"] == 1 and rt.router.decider.leases == 1
+    # every OnDispatch matched by one OnFinish across the handover: the allocations are back to zero
+    assert (snap["pending"], snap["running"]) == ([], [])
+    assert all(v == pytest.approx([0.0, 0.0, 0.0], abs=1e-9) for v in snap["state"]["alloc"].values()), snap["state"]
+
+
 def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
     rt = drf("centralized", queue=0)
     fn = ra.policy("drf_lb")(work)
     futures = [fn.options(task={"tenant": "a", "resource_vec": VEC}).submit(i, 0.3) for i in range(12)]
-    time.sleep(0.2)  # 4 running, 8 waiting at the selector
+    time.sleep(0.2)  # 4 running, 8 waiting
     snap = rt.export()
     assert snap["plan"] == "centralized"
-    assert len(snap["selector"]["pending"]) + len(snap["caller"]["pending"]) >= 4
-    assert len(snap["selector"]["running"]) == 4
-    assert snap["selector"]["state"]["alloc"]["a"] == pytest.approx([0.4, 0.8, 0.4])
+    # the only submitting process holds the selector's lease: its queues and State are live here
+    assert snap["selector"]["leased_to"] == rt.router.decider.client
+    lease = snap["caller"]["lease"]
+    assert (len(lease["pending"]), len(lease["running"])) == (8, 4)
+    assert lease["state"]["alloc"]["a"] == pytest.approx([0.4, 0.8, 0.4])
     ray.get([f.result(timeout=60) for f in futures])
 
 

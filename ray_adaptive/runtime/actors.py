@@ -79,28 +79,62 @@ class StateStore:
 
 
 class _Member:
-    """A scheduler that syncs with the store: State deltas and heartbeats of loads."""
+    """A scheduler that syncs with the store: State deltas and heartbeats of loads.
+
+    Syncing never blocks a decision: :meth:`refresh` pushes this replica's
+    changes and loads in a call it does not wait for, and applies the
+    store's answer on a later refresh, once it has come. What this replica
+    changed meanwhile rides on top of the merged State it gets back.
+    """
 
     def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0):
         self.member, self.spec, self.sched, self.store = member, spec, sched, store
         self.floor_s = floor_s  # the shortest period between syncs, whatever the plan says
         self._next = 0.0
+        self._inflight = None  # Future of the store's answer to the last push
+        self.pushes = 0
+        periods = [p for p in (spec.sync_s, spec.heartbeat_s, 1.0) if p > 0]
+        self._period = max(min(periods) if spec.merge or spec.heartbeat_s else 0.0, floor_s)
 
     def due(self) -> bool:
-        return self.store is not None and time.monotonic() >= self._next
+        return self.store is not None and self._inflight is None and time.monotonic() >= self._next
 
-    def sync(self) -> None:
-        """Push this scheduler's changes and loads; pull the merged State and the others' loads."""
-        import ray
+    @property
+    def syncing(self) -> bool:
+        return self._inflight is not None
 
+    def refresh(self, want: bool = True, wait: bool = False) -> bool:
+        """Apply the store's answer if it has come; start the next sync if ``want`` and one is due;
+        with ``wait``, wait for that answer too (a placement actor, off the launch path, decides on
+        fresh loads). True if this scheduler's view changed."""
+        changed = False
+        if self._inflight is not None:
+            if not self._inflight.done():
+                return False
+            changed = self._apply()
+        if want and self.due():
+            log = self.sched.log
+            delta = log.take() if log is not None else {}
+            self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding()).future()
+            self._next = time.monotonic() + self._period
+            self.pushes += 1
+            if wait:
+                changed = self._apply() or changed
+        return changed
+
+    def _apply(self) -> bool:
+        answer, self._inflight = self._inflight, None
+        try:
+            state, others = answer.result()
+        except Exception:  # the store is gone (shutdown): keep the view we have
+            return False
         log = self.sched.log
-        delta = log.take() if log is not None else {}
-        state, others = ray.get(self.store.sync.remote(self.member, delta, self.sched.outstanding()))
         if log is not None:
-            self.sched.interp.state.update(copy_state(state))
+            merged = copy_state(state)
+            merge_into(merged, log.peek(), self.spec.merge)  # this replica's changes since the push
+            self.sched.interp.state.update(merged)
         self.sched.set_others(others)
-        period = min(p for p in (self.spec.sync_s, self.spec.heartbeat_s, 1.0) if p > 0) if self.spec.merge or self.spec.heartbeat_s else 0.0
-        self._next = time.monotonic() + max(period, self.floor_s)
+        return True
 
     def report(self) -> None:
         """After dispatching or finishing: tell the store this scheduler's loads at once (fire and
@@ -130,8 +164,7 @@ class Placement:
             s.finish(tid, now)
         for t in forwarded:
             s.add(t, now)
-        if s.pending and self._m.due():
-            self._m.sync()
+        self._m.refresh(want=bool(s.pending), wait=True)
         decided = s.decide(now)
         if decided or finished:
             self._m.report()
@@ -157,14 +190,32 @@ class Selector:
     the placement schedulers, round-robin, and relays their node choices.
     ``finished(ids)`` takes finish notifications, as a separate call so that
     the room they free reaches a long poll in flight.
+
+    **Leases.** A ``.remote()`` loop waits for each decision, so a selector
+    reached over an actor call would cost one round trip (~1-1.5 ms here)
+    per task. When one client is alone -- nothing pending or running here,
+    no other client heard from for ``LEASE_QUIET_S`` -- its exchange is
+    answered with a *lease* instead: the exact State, handed over, and its
+    tasks back undecided. The client then runs this same scheduler (same
+    program, all nodes, the only one with tasks) in its own process, so its
+    decisions are exactly the selector's, with no actor in the launch path.
+    The holder keeps a long poll here; the first exchange of any other
+    client *recalls* the lease, and the holder hands back State, its
+    running tasks and its pending ones before anything else is decided.
+    A holder silent for ``LEASE_TIMEOUT_S`` after a recall loses the lease
+    (its process is presumed dead; State reverts to what it was at the grant).
     """
 
+    LEASE_QUIET_S = 1.0
+    LEASE_TIMEOUT_S = 5.0
+
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Any], t0: float,
-                 wait_s: float = 0.05):
+                 wait_s: float = 0.05, leases: bool = True):
         self._s = make_scheduler(spec, nodes)
         self._t0 = t0
         self._wait_s = wait_s
         self._placements = list(placements)
+        self._leases = leases and not self._placements  # the hybrid's node choice is the placements'
         self._cond = threading.Condition()
         self._mail: Dict[str, List[Decision]] = {}
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
@@ -173,6 +224,10 @@ class Selector:
         self._out: List[List[TaskState]] = [[] for _ in self._placements]
         self._fin: List[List[str]] = [[] for _ in self._placements]
         self._rr = itertools.count()
+        self._seen: Dict[str, float] = {}  # client -> when last heard from (monotonic)
+        self._holder: Optional[str] = None  # the client holding the lease
+        self._recalled_at: Optional[float] = None
+        self.leases = 0
         self.decisions = 0
         self._closed = False
         if self._placements:
@@ -191,9 +246,28 @@ class Selector:
             self._decide(now)
             self._cond.notify_all()
 
-    def exchange(self, client: str, tasks: Sequence[TaskState]) -> List[Decision]:
+    def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[dict] = None,
+                 finished: Sequence[str] = ()) -> dict:
+        """A client's new tasks (and, from a lease holder giving it back, ``handback`` and the
+        finishes since). Returns ``{"decisions": [(task, node)...]}``, ``{"lease": {...}}``
+        (tasks back, undecided, with State), or, to the holder, ``{"recall": bool}``."""
         with self._cond:
             now = self._now()
+            self._seen[client] = time.monotonic()
+            if handback is not None:
+                self._take_back(client, handback)
+            if finished:
+                for tid in finished:
+                    self._s.finish(tid, now)
+            if self._holder == client:  # the holder's long poll: answered at a recall
+                deadline = time.monotonic() + self._wait_s
+                while self._recalled_at is None and not self._closed and time.monotonic() < deadline:
+                    self._cond.wait(deadline - time.monotonic())
+                return {"recall": self._recalled_at is not None}
+            if self._holder is not None:
+                self._recall()
+            elif self._may_lease(client):
+                return {"lease": self._grant(client), "tasks": list(tasks)}
             for t in tasks:
                 t.origin = client
                 self._s.add(t, now)
@@ -207,9 +281,42 @@ class Selector:
                 self._cond.wait(left)
             out = self._mail.pop(client, [])
             self._waiting[client] -= len(out)
-            return out
+            return {"decisions": out}
+
+    # ---------------------------------------------------------------- leases
+    def _may_lease(self, client: str) -> bool:
+        if not self._leases or self._closed or self._s.pending or self._s.running:
+            return False
+        quiet = time.monotonic() - self.LEASE_QUIET_S
+        return all(seen < quiet for c, seen in self._seen.items() if c != client)
+
+    def _grant(self, client: str) -> dict:
+        self._holder, self._recalled_at = client, None
+        self.leases += 1
+        return {"state": copy_state(self._s.interp.state), "dead": [n.id for n in self._s.nodes if not n.alive]}
+
+    def _recall(self) -> None:
+        """Another client wants decisions: ask the holder for the lease back (or take it, if it went silent)."""
+        if self._recalled_at is None:
+            self._recalled_at = time.monotonic()
+            self._cond.notify_all()
+        elif time.monotonic() - self._recalled_at > self.LEASE_TIMEOUT_S:
+            self._holder, self._recalled_at = None, None
+
+    def _take_back(self, client: str, handback: dict) -> None:
+        """The lease comes back: the holder's State (unless it was taken already: a late holder's
+        State is stale by now) and its running tasks, whose finishes come here from now on."""
+        if self._holder == client:
+            self._s.interp.state.update(handback["state"])
+            self._holder, self._recalled_at = None, None
+        for t in handback["running"]:
+            t.origin = client
+        self._s.adopt(handback["running"])
+        self._cond.notify_all()
 
     def _decide(self, now: float) -> None:
+        if self._holder is not None:  # the holder's running tasks are not counted here until it hands them back
+            return
         chosen = self._s.decide(now)
         if not chosen:
             return
@@ -264,15 +371,17 @@ class Selector:
 
     def stats(self) -> dict:
         with self._cond:
-            return {"decisions": self.decisions, "pending": self._s.pending}
+            return {"decisions": self.decisions, "pending": self._s.pending, "leases": self.leases,
+                    "holder": self._holder}
 
     def decision_latencies(self) -> List[float]:
         with self._cond:
             return list(self._s.decision_s)
 
     def export(self) -> dict:
+        """Queues and State (while a lease is out, the holder's process exports the live ones)."""
         with self._cond:
-            return self._s.export()
+            return {**self._s.export(), "leased_to": self._holder}
 
     def close(self) -> None:
         with self._cond:

@@ -192,7 +192,7 @@ class Router:
 
     def decision_latencies(self) -> List[float]:
         """Recent decision latencies (seconds) of the scheduler that decides for this process."""
-        if self.decider.remote:  # an RPC: never under our lock
+        if self.decider.thread_safe:  # it may make an RPC: never under our lock
             return self.decider.decision_latencies()
         with self._cond:
             return self.decider.decision_latencies()

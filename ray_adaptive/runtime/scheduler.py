@@ -179,6 +179,20 @@ class Scheduler:
         self._hook("OnFinish", task, node, now)
         return task
 
+    def adopt(self, tasks: Sequence[TaskState]) -> None:
+        """Take over running tasks another scheduler decided (``node`` set); no hooks run."""
+        for t in tasks:
+            self.running[t.id] = t
+            self.by_id[t.node].own += 1
+
+    def release_running(self) -> List[TaskState]:
+        """Hand every running task over to another scheduler (the inverse of :meth:`adopt`)."""
+        out = list(self.running.values())
+        for t in out:
+            self.by_id[t.node].own -= 1
+        self.running.clear()
+        return out
+
     def cancel_pending(self) -> List[TaskState]:
         out, self._pending, self._keys = self._pending, [], []
         return out

@@ -29,6 +29,7 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -36,6 +37,7 @@ from ray_adaptive.runtime.actors import Placement, Selector, StateStore, _Member
 from ray_adaptive.runtime.roles import RoleSpec, role_specs
 from ray_adaptive.runtime.scheduler import TaskState
 from ray_adaptive.sim.plans import SimPlan
+from ray_adaptive.sim.replicas import copy_state
 
 __all__ = ["Topology", "build", "join", "LocalDecider", "RemoteDecider", "NAMESPACE"]
 
@@ -73,7 +75,7 @@ class Topology:
     def decider(self) -> "LocalDecider | RemoteDecider":
         """This process's way of getting decisions."""
         if self.selector is not None:
-            return RemoteDecider(self.selector, self.nodes, self.t0)
+            return RemoteDecider(self.selector, self.specs["selector"], self.nodes, self.t0)
         return LocalDecider(self.specs["schedulers"], self.nodes, self.store, self.t0)
 
     def placement_nodes(self) -> List[str]:
@@ -157,6 +159,7 @@ class LocalDecider:
     """Decisions in this process (a decentralized scheduler): a replica of State, synced through the store."""
 
     remote = False
+    thread_safe = False  # the router calls it under its lock
     SYNC_FLOOR_S = 0.01
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[dict], store, t0: float):
@@ -184,21 +187,25 @@ class LocalDecider:
         self._dirty = self._dirty or bool(ids)
         return self.decide()
 
-    def decide(self) -> List[TaskState]:
-        if self.sched.pending and self._m.due():
-            self._m.sync()
+    def _refresh(self) -> None:
+        """Apply a sync's answer; start the next one (never waiting for it) while tasks wait here
+        or the store has not heard of this process's finishes."""
+        want = bool(self.sched.pending) or self._dirty
+        pushes = self._m.pushes
+        self._m.refresh(want)
+        if self._m.pushes != pushes:
             self._dirty = False
+
+    def decide(self) -> List[TaskState]:
+        self._refresh()
         return self.sched.decide(self.now())
 
     def tick(self) -> List[TaskState]:
         """Called by the dispatcher thread: while tasks wait, a heartbeat may show room that finishes
         elsewhere made; with nothing pending, the store still learns of this process's finishes
         (else other processes would keep seeing those slots taken)."""
-        if (self.sched.pending or self._dirty) and self._m.due():
-            self._m.sync()
-            self._dirty = False
-            return self.sched.decide(self.now())
-        return []
+        self._refresh()
+        return self.sched.decide(self.now()) if self.sched.pending else []
 
     def mark_dead(self, node_id: str) -> None:
         n = self.sched.by_id.get(node_id)
@@ -234,38 +241,70 @@ class RemoteDecider:
     carries them all, so a loop of submissions costs one round trip per
     batch, not per task. Finish notifications go as they are collected (one
     call per batch of completions), fire and forget.
+
+    While this process holds the selector's lease (see :class:`Selector`),
+    the same scheduler runs here instead (``local``): ``.remote()`` decides
+    in the caller's thread, exactly as the selector would, and the client
+    thread only keeps the long poll through which a recall comes.
     """
 
-    remote = True
+    thread_safe = True  # locks itself (its client thread shares it)
 
-    def __init__(self, selector, nodes: Sequence[dict], t0: float):
+    def __init__(self, selector, spec: RoleSpec, nodes: Sequence[dict], t0: float):
         self.client = new_client_id()
+        self._spec = spec
+        self._nodes = list(nodes)
         self._node_ids = [n["id"] for n in nodes]
+        self._dead: set = set()
         self._t0 = t0
         self._selector = selector
         self._cond = threading.Condition()
         self._out: List[TaskState] = []
         self._sent: Dict[str, TaskState] = {}  # submitted, not decided yet
+        self._local = None  # the selector's scheduler, while this process holds its lease
+        self._local_latencies: deque = deque(maxlen=100_000)  # its decisions' latencies, over every lease
+        self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
         self._closed = False
         self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None
         self.exchanges = itertools.count()
+        self.leases = 0
         self._thread = threading.Thread(target=self._run, name="ra-selector-client", daemon=True)
         self._thread.start()
+
+    @property
+    def remote(self) -> bool:
+        """Whether decisions come from the selector actor (else from this process, under a lease)."""
+        return self._local is None
 
     def now(self) -> float:
         return time.time() - self._t0
 
     def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
         with self._cond:
+            if self._local is not None:
+                now = self.now()
+                for t in tasks:
+                    self._local.add(t, now)
+                return self._local.decide(now)
             self._out.extend(tasks)
             self._cond.notify()
         return []
 
     def finished(self, ids: Sequence[str]) -> List[TaskState]:
+        if not ids:
+            return []
+        with self._cond:
+            if self._local is not None:
+                now = self.now()
+                for tid in ids:
+                    self._local.finish(tid, now)
+                return self._local.decide(now)
+            if self._held_finishes is not None:  # a handback is on its way: these must not overtake it
+                self._held_finishes.extend(ids)
+                return []
         # its own call, not queued behind the long poll in flight: the room it frees may be
         # exactly what that poll waits for
-        if ids:
-            self._selector.finished.remote(list(ids))
+        self._selector.finished.remote(list(ids))
         return []
 
     def tick(self) -> List[TaskState]:
@@ -276,32 +315,83 @@ class RemoteDecider:
 
         while True:
             with self._cond:
-                while not (self._out or self._sent) and not self._closed:
+                while not (self._out or self._sent or self._local is not None) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
-                out, self._out = self._out, []
+                leased = self._local is not None
+                out, self._out = ([], self._out) if leased else (self._out, [])
                 for t in out:
                     self._sent[t.id] = t
             try:
-                decided = ray.get(self._selector.exchange.remote(self.client, out))
+                reply = ray.get(self._selector.exchange.remote(self.client, out))
                 next(self.exchanges)
+                if leased and reply.get("recall"):
+                    reply = self._hand_back()
             except Exception:  # the selector is gone (shutdown): nothing more will be decided
                 with self._cond:
                     if self._closed:
                         return
                 time.sleep(0.05)
                 continue
-            tasks = []
+            if "lease" in reply:
+                decided = self._take_lease(reply)
+            else:
+                decided = []
+                with self._cond:
+                    for tid, node in reply.get("decisions", []):
+                        t = self._sent.pop(tid)
+                        t.node = node
+                        decided.append(t)
+            if decided:
+                self.on_decided(decided)
+
+    def _take_lease(self, reply: dict) -> List[TaskState]:
+        """Become the selector: its State, this process's tasks back, decided here from now on."""
+        with self._cond:
+            local = make_scheduler(self._spec, self._nodes)
+            local.decision_s = self._local_latencies
+            local.interp.state.update(reply["lease"]["state"])
+            for n in local.nodes:
+                n.alive = n.id not in self._dead and n.id not in reply["lease"]["dead"]
+            now = self.now()
+            for t in reply["tasks"]:
+                local.add(self._sent.pop(t.id), now)
+            for t in self._out:  # submitted while the lease was on its way
+                local.add(t, now)
+            self._out = []
+            self._local = local
+            self.leases += 1
+            return local.decide(now)
+
+    def _hand_back(self, with_pending: bool = True) -> dict:
+        """Recalled: give the selector State, the running tasks and the pending ones, in one call
+        (finishes meanwhile are held until it has landed, so none overtakes it). At close, the
+        pending tasks stay behind: the router has cancelled them."""
+        import ray
+
+        with self._cond:
+            local, self._local = self._local, None
+            if local is None:
+                return {}
+            pending = local.cancel_pending() if with_pending else []
+            handback = {"state": copy_state(local.interp.state), "running": local.release_running()}
+            for t in pending:
+                self._sent[t.id] = t
+            self._held_finishes = []
+        try:
+            return ray.get(self._selector.exchange.remote(self.client, pending, handback))
+        finally:
             with self._cond:
-                for tid, node in decided:
-                    t = self._sent.pop(tid)
-                    t.node = node
-                    tasks.append(t)
-            if tasks:
-                self.on_decided(tasks)
+                held, self._held_finishes = self._held_finishes, None
+            if held:
+                self._selector.finished.remote(held)
 
     def mark_dead(self, node_id: str) -> None:
+        with self._cond:
+            self._dead.add(node_id)
+            if self._local is not None:
+                self._local.by_id[node_id].alive = False
         self._selector.mark_dead.remote(node_id)
 
     def node_ids(self) -> List[str]:
@@ -310,21 +400,36 @@ class RemoteDecider:
     def decision_latencies(self) -> List[float]:
         import ray
 
-        return ray.get(self._selector.decision_latencies.remote())
+        with self._cond:
+            local = list(self._local_latencies)
+        return ray.get(self._selector.decision_latencies.remote()) + local
 
     @property
     def pending(self) -> int:
         with self._cond:
-            return len(self._out) + len(self._sent)
+            return len(self._out) + len(self._sent) + (self._local.pending if self._local is not None else 0)
 
     def export(self) -> dict:
         with self._cond:
-            return {"pending": [t.export() for t in (*self._sent.values(), *self._out)]}
+            out = {"pending": [t.export() for t in (*self._sent.values(), *self._out)]}
+            if self._local is not None:
+                out["lease"] = self._local.export()
+            return out
 
     def close(self) -> None:
+        """Stop; a lease goes back to the selector first (other processes may still use it)."""
+        import ray
+
         with self._cond:
+            leased = self._local is not None
             self._closed = True
-            self._sent.clear()
-            self._out.clear()
             self._cond.notify()
         self._thread.join(timeout=5)
+        if leased:
+            try:
+                self._hand_back(with_pending=False)
+            except Exception:
+                pass  # the selector is gone
+        with self._cond:
+            self._sent.clear()
+            self._out.clear()

@@ -71,6 +71,10 @@ class DeltaLog:
                 d = new - old if kind == "add" else new
                 self._unpushed[v] = self._unpushed[v] + d if kind == "add" and v in self._unpushed else d
 
+    def peek(self) -> dict:
+        """The changes not pushed yet (left in the log)."""
+        return self._unpushed
+
     def take(self) -> dict:
         out, self._unpushed = self._unpushed, {}
         return out
