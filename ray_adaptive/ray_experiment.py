@@ -7,7 +7,9 @@ single executors and is dropped -- returns without running -- when it
 starts more than ``timeout_s`` after its arrival. Per plan and rate:
 goodput (tasks finished on time per second), drops, each tenant's goodput,
 Jain's index over service ratios (goodput / max-min fair share), decision
-latency, and the compiler's estimates for the same plan.
+latency, and the compiler's estimates for the same plan, its cluster model
+serving tasks of the service time measured on this cluster before the run
+(the duration plus Ray's and the runtime's per-task overhead).
 
 Example::
 
@@ -75,6 +77,15 @@ def _submitter_cls():
             fn = ra.policy(POLICY)(_job_fn()).options(task={"tenant": tenant, "resource_vec": vec})
             ray.get([fn.remote(time.time() + 3600, 0.0) for _ in range(n)])
 
+        def calibrate(self, tenant: str, n: int, vec: list, t0: float, duration: float) -> list:
+            """From ``t0``, ``n`` tasks of ``duration`` at once, through the runtime: when each started."""
+            import ray_adaptive as ra
+
+            fn = ra.policy(POLICY)(_job_fn()).options(task={"tenant": tenant, "resource_vec": vec})
+            time.sleep(max(0.0, t0 - time.time()))
+            futures = [fn.submit(time.time() + 3600, duration) for _ in range(n)]
+            return [start for start, _ in ray.get([f.result() for f in futures])]
+
         def run(self, tenant: str, offsets: List[float], t0: float, exp: RayExperiment, vec: list) -> list:
             import ray_adaptive as ra
 
@@ -101,6 +112,24 @@ def _arrivals(rate: float, exp: RayExperiment) -> dict:
             for t in paper_tenants(rate)}
 
 
+def _service_time(subs: dict, executors: int, exp: RayExperiment, vec: list) -> float:
+    """The time one task holds an executor on this cluster under this plan: its duration plus
+    what Ray and the runtime add (launch, lease, result, the decision that frees the slot).
+    Every tenant's process submits a burst at once (the experiment's owners, so the same
+    worker-lease behaviour); the executors' steady-state start rate, after the first wave,
+    gives the time per task."""
+    import ray
+
+    n = max(2, 6 * executors // len(subs))
+    t0 = time.time() + 0.2
+    starts = sorted(x for xs in ray.get([s.calibrate.remote(t, n, vec, t0, exp.duration_s)
+                                         for t, s in subs.items()]) for x in xs)
+    later = starts[executors - 1:]  # from the last start of the first wave on: one start per service time
+    if len(later) < 2:
+        return exp.duration_s
+    return max(exp.duration_s, executors * (later[-1] - later[0]) / (len(later) - 1))
+
+
 def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> dict:
     """One run of ``plan`` at ``rate`` tasks/s on the connected cluster; a row of figures."""
     import ray
@@ -120,6 +149,7 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
         ray.get([s.__ray_ready__.remote() for s in subs.values()])
         vec = [0.1, 0.2, 0.1]
         ray.get([s.warm.remote(t, 2 * nodes, vec) for t, s in subs.items()])
+        service_s = _service_time(subs, executors, exp, vec)
         t0 = time.time() + 0.5
         results = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, vec) for t in arrivals])
         stats = rt.stats()
@@ -137,6 +167,7 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
     ratios = service_ratios(goodput, offered, capacity)
     row = {
         "plan": name, "architecture": arch, "rate": rate, "nodes": nodes, "capacity": capacity,
+        "service_ms": round(service_s * 1e3, 2),
         "offered": round(sum(offered.values()), 2), "goodput": round(sum(goodput.values()), 2),
         "drops": sum(not ok for res, _, _ in results for _, _, ok in res),
         "jfi": round(jain_index(list(ratios.values())), 4),
@@ -147,8 +178,14 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
     return row
 
 
-def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_node: int = 1) -> dict:
-    """The compiler's estimates for the plan the runtime ran, at this rate and cluster."""
+def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_node: int = 1,
+             service_s: Optional[float] = None) -> dict:
+    """The compiler's estimates for the plan the runtime ran, at this rate and cluster.
+
+    ``service_s``: how long a task holds an executor on this cluster (``run_plan`` measures it
+    before the run: the task's duration plus Ray's and the runtime's per-task overhead); the
+    cluster model then serves tasks of that length, so the estimate is calibrated to this
+    cluster. None: the nominal duration."""
     import dataclasses
 
     from ray_adaptive.compiler import compile_policy
@@ -157,7 +194,8 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
     from ray_adaptive.sim.workload import tenant_workload
 
     # the same workload as the run: these task lengths, one submitter per tenant, this timeout
-    tenants = [dataclasses.replace(t, duration=exp.duration_s, clients=1) for t in paper_tenants(rate)]
+    service = service_s or exp.duration_s
+    tenants = [dataclasses.replace(t, duration=service, clients=1) for t in paper_tenants(rate)]
     trace = scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue,
                                                timeout=exp.timeout_s, seed=exp.seed)).tasks
     c = compile_policy(load_policy(POLICY), trace=trace, nodes=nodes, executors=per_node, queue=exp.queue, workers=1)
@@ -167,7 +205,8 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
         return {}
     # the scheduler-bound goodput: what arrives, up to the plan's throughput and the execution bound
     return {"est_throughput": round(e.throughput, 1), "est_competitive_ratio": round(e.competitive_ratio, 4),
-            "est_goodput": round(min(rate, e.throughput, exp.capacity(nodes * per_node)), 2), "compiler_choice": c.choice.estimate.plan.name}
+            "est_goodput": round(min(rate, e.throughput, nodes * per_node / service), 2),
+            "compiler_choice": c.choice.estimate.plan.name}
 
 
 def run_sweep(exp: RayExperiment, rates: Sequence[float], plans: Sequence[str] = PLANS, with_estimates: bool = True,
@@ -182,7 +221,7 @@ def run_sweep(exp: RayExperiment, rates: Sequence[float], plans: Sequence[str] =
         for plan in plans:
             row = run_plan(plan, rate, exp)
             if with_estimates:
-                row.update(estimate(row["plan"], rate, nodes, exp, per_node))
+                row.update(estimate(row["plan"], rate, nodes, exp, per_node, service_s=row["service_ms"] / 1e3))
             rows.append(row)
             if progress is not None:
                 progress(row)

@@ -178,6 +178,32 @@ def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arr
     assert all(v == pytest.approx([0.0, 0.0, 0.0], abs=1e-9) for v in snap["state"]["alloc"].values()), snap["state"]
 
 
+def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):
+    rt = drf("centralized", queue=0)
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def burst_then_leave(self, n):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+            futures = [f.submit(i, 0.2) for i in range(n)]
+            time.sleep(0.1)  # 4 running, the rest pending in this process (the lease holder)
+            leases = ra.runtime_of("drf_lb").router.decider.leases
+            ra.shutdown()  # waits for the running ones; cancels the rest
+            return leases, sum(fut.cancelled() for fut in futures)
+
+    sub = Submitter.remote()
+    leases, cancelled = ray.get(sub.burst_then_leave.remote(12), timeout=60)
+    ray.kill(sub)
+    assert leases == 1 and cancelled == 8
+    selector = rt.topology.selector
+    snap = ray.get(selector.export.remote())
+    # back at the selector: no holder, no phantom running or pending task, b's allocation released
+    assert (snap["leased_to"], snap["pending"], snap["running"]) == (None, [], [])
+    assert snap["state"]["alloc"]["b"] == pytest.approx([0.0, 0.0, 0.0], abs=1e-9)
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    assert [x for x, _, _ in ray.get([fn.remote(i) for i in range(8)], timeout=60)] == list(range(8))
+
+
 def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
     rt = drf("centralized", queue=0)
     fn = ra.policy("drf_lb")(work)
@@ -205,5 +231,9 @@ def test_the_experiment_on_ray_measures_goodput_fairness_and_estimates(ray_clust
         assert 0 < r["jfi"] <= 1 and set(k for k in r if k.startswith("goodput_")) == {
             "goodput_a", "goodput_b", "goodput_greedy"}
         assert r["est_throughput"] > 0 and r["est_goodput"] > 0
+        # the estimate's cluster model serves tasks of the measured service time: at least the task's
+        # duration, so an overloaded estimate is the executors' rate at that time
+        assert r["service_ms"] >= 50.0
+        assert r["est_goodput"] == pytest.approx(min(rate, r["est_throughput"], 8 / (r["service_ms"] / 1e3)), rel=0.01)
     assert all(p.exists() for p in plot_rows(rows, tmp_path))
     assert resources.created_resources() == {}

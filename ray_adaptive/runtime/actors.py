@@ -266,7 +266,7 @@ class Selector:
                 return {"recall": self._recalled_at is not None}
             if self._holder is not None:
                 self._recall()
-            elif self._may_lease(client):
+            elif handback is None and self._may_lease(client):  # (one giving a lease back is leaving or recalled)
                 return {"lease": self._grant(client), "tasks": list(tasks)}
             for t in tasks:
                 t.origin = client

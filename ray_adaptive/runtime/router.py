@@ -216,5 +216,14 @@ class Router:
             for f in left:
                 f.cancel()
         self._thread.join(timeout=timeout)
+        with self._cond:  # decided after the cancel, never launched: free their room in the decider
+            freed: set = set()  # (freeing room may decide more cancelled tasks: free those too)
+            while True:
+                ids = [tid for tid, t in self._tasks.items()
+                       if t.state.node is not None and not t.launched and tid not in freed]
+                if not ids:
+                    break
+                freed.update(ids)
+                self.decider.finished(ids)
         self.decider.close()
         return left

@@ -326,7 +326,8 @@ class RemoteDecider:
             try:
                 reply = ray.get(self._selector.exchange.remote(self.client, out))
                 next(self.exchanges)
-                if leased and reply.get("recall"):
+                # recalled -- or no longer the holder at all (the selector gave up on us): hand back
+                if leased and reply.get("recall", True):
                     reply = self._hand_back()
             except Exception:  # the selector is gone (shutdown): nothing more will be decided
                 with self._cond:
