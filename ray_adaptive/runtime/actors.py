@@ -99,19 +99,14 @@ class _Member:
     def due(self) -> bool:
         return self.store is not None and self._inflight is None and time.monotonic() >= self._next
 
-    @property
-    def syncing(self) -> bool:
-        return self._inflight is not None
-
-    def refresh(self, want: bool = True, wait: bool = False) -> bool:
+    def refresh(self, want: bool = True, wait: bool = False) -> None:
         """Apply the store's answer if it has come; start the next sync if ``want`` and one is due;
         with ``wait``, wait for that answer too (a placement actor, off the launch path, decides on
-        fresh loads). True if this scheduler's view changed."""
-        changed = False
+        fresh loads)."""
         if self._inflight is not None:
             if not self._inflight.done():
-                return False
-            changed = self._apply()
+                return
+            self._apply()
         if want and self.due():
             log = self.sched.log
             delta = log.take() if log is not None else {}
@@ -119,22 +114,20 @@ class _Member:
             self._next = time.monotonic() + self._period
             self.pushes += 1
             if wait:
-                changed = self._apply() or changed
-        return changed
+                self._apply()
 
-    def _apply(self) -> bool:
+    def _apply(self) -> None:
         answer, self._inflight = self._inflight, None
         try:
             state, others = answer.result()
         except Exception:  # the store is gone (shutdown): keep the view we have
-            return False
+            return
         log = self.sched.log
         if log is not None:
             merged = copy_state(state)
             merge_into(merged, log.peek(), self.spec.merge)  # this replica's changes since the push
             self.sched.interp.state.update(merged)
         self.sched.set_others(others)
-        return True
 
     def report(self) -> None:
         """After dispatching or finishing: tell the store this scheduler's loads at once (fire and
@@ -210,12 +203,11 @@ class Selector:
     LEASE_TIMEOUT_S = 5.0
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Any], t0: float,
-                 wait_s: float = 0.05, leases: bool = True):
+                 wait_s: float = 0.05):
         self._s = make_scheduler(spec, nodes)
         self._t0 = t0
         self._wait_s = wait_s
         self._placements = list(placements)
-        self._leases = leases and not self._placements  # the hybrid's node choice is the placements'
         self._cond = threading.Condition()
         self._mail: Dict[str, List[Decision]] = {}
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
@@ -246,19 +238,14 @@ class Selector:
             self._decide(now)
             self._cond.notify_all()
 
-    def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[dict] = None,
-                 finished: Sequence[str] = ()) -> dict:
-        """A client's new tasks (and, from a lease holder giving it back, ``handback`` and the
-        finishes since). Returns ``{"decisions": [(task, node)...]}``, ``{"lease": {...}}``
+    def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[dict] = None) -> dict:
+        """A client's new tasks (and, from a lease holder giving it back, ``handback``). Returns ``{"decisions": [(task, node)...]}``, ``{"lease": {...}}``
         (tasks back, undecided, with State), or, to the holder, ``{"recall": bool}``."""
         with self._cond:
             now = self._now()
             self._seen[client] = time.monotonic()
             if handback is not None:
                 self._take_back(client, handback)
-            if finished:
-                for tid in finished:
-                    self._s.finish(tid, now)
             if self._holder == client:  # the holder's long poll: answered at a recall
                 deadline = time.monotonic() + self._wait_s
                 while self._recalled_at is None and not self._closed and time.monotonic() < deadline:
@@ -285,7 +272,7 @@ class Selector:
 
     # ---------------------------------------------------------------- leases
     def _may_lease(self, client: str) -> bool:
-        if not self._leases or self._closed or self._s.pending or self._s.running:
+        if self._placements or self._closed or self._s.pending or self._s.running:  # (the hybrid: placements pick nodes)
             return False
         quiet = time.monotonic() - self.LEASE_QUIET_S
         return all(seen < quiet for c, seen in self._seen.items() if c != client)
