@@ -10,7 +10,7 @@ from ray_adaptive.compiler import (PlanSpace, Profile, analyze, choose, compile_
 from ray_adaptive.compiler import estimates
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism
 from ray_adaptive.compiler.plans import Plan
-from ray_adaptive.dsl import load_policy, parse_policy
+from ray_adaptive.dsl import load_policy, parse_policy, shipped_policies
 from ray_adaptive.sim.plans import LoadView, Sync
 from ray_adaptive.sim.scenario import scenario_from_dict
 from ray_adaptive.sim.workload import paper_workload
@@ -69,7 +69,21 @@ def test_non_mergeable_state_still_allows_store_per_decision():
     plans, _ = plans_of("round_robin")
     assert "decentralized+store per decision" in plans
     h = plans["hybrid+store per decision"]  # the node part reads `next`: placement schedulers need it
-    assert dict(h.state)["next"] == "replicas" and dict(h.placement)["OnDispatch.1"] == "selector+schedulers"
+    # OnDispatch reads the node, which the selector does not know when it forwards: the placements run it
+    assert dict(h.state)["next"] == "replicas" and dict(h.placement)["OnDispatch.1"] == "schedulers"
+    lowered = estimates.lower(h, analyze(load_policy("round_robin")), FIXED, 12)
+    assert [len(f.body) for f in lowered.task_policy.hooks] == [0]
+    assert [len(f.body) for f in lowered.node_policy.hooks] == [1]
+
+
+@pytest.mark.parametrize("rate", [60, 900])
+@pytest.mark.parametrize("policy", shipped_policies())
+def test_every_shipped_policy_compiles_and_replays_every_plan(policy, rate):
+    """Each plan the IR allows is replayed (round robin's hybrid once crashed: its selector ran a hook
+    that reads the node), and every kept or dropped plan has its three estimates."""
+    c = compile_policy(load_policy(policy), rate=rate, window=60, profile=FIXED, measure=False, workers=1)
+    assert c.estimates and all(e.competitive_ratio >= 1.0 and e.throughput > 0 for e in c.estimates)
+    assert c.choice.estimate in c.estimates
 
 
 def test_hybrid_needs_hooks_of_task_state_not_to_read_the_node():
@@ -86,6 +100,22 @@ OnDispatch(task, node):
     plans, excluded = plans_of(analyze(p))
     assert not any(n.startswith("hybrid") for n in plans)
     assert "OnDispatch.1 `seen[task.k] += node.index` changes `seen`" in excluded["hybrid"]
+
+
+def test_hybrid_needs_hooks_of_selector_only_state_not_to_read_the_node():
+    p = parse_policy("""
+Task:
+  k: string
+State:
+  last: int = 0
+Score(task, node):
+  return get_load(node)
+OnDispatch(task, node):
+  last = node.index
+""")
+    plans, excluded = plans_of(analyze(p))  # Score never reads `last`: only the selector would keep it
+    assert not any(n.startswith("hybrid") for n in plans)
+    assert "changes `last`, which only the selector keeps, from the node" in excluded["hybrid"]
 
 
 @pytest.mark.parametrize("kwargs, message", [

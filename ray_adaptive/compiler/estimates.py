@@ -113,6 +113,16 @@ def _part_policy(policy: ir.Policy, expr: Optional[ir.Expr], whole: bool = False
     return dataclasses.replace(policy, score=dataclasses.replace(policy.score, body=body))
 
 
+def _selector_hooks(policy: ir.Policy, plan: Plan) -> ir.Policy:
+    """``policy`` with only the hook statements ``plan`` places on the selector: one that reads the node
+    (round robin's ``next = node.index + 1``) runs where the node is chosen, on a placement scheduler."""
+    where = dict(plan.placement)
+    hooks = tuple(dataclasses.replace(h, body=tuple(st for i, st in enumerate(h.body)
+                                                    if "selector" in where.get(f"{h.name}.{i + 1}", "selector")))
+                  for h in policy.hooks)
+    return dataclasses.replace(policy, hooks=hooks)
+
+
 def _role_costs(analysis: Analysis, profile: Profile, plan: Plan, nodes: int, role: str) -> tuple[RoleCosts, list[Step], float]:
     """What one scheduler of ``role`` is charged, its per-task steps, and its periodic busy fraction."""
     m, arch = profile.message_s, plan.architecture
@@ -204,6 +214,7 @@ def lower(plan: Plan, analysis: Analysis, profile: Profile, nodes: int) -> SimPl
             task_policy, node_policy = _part_policy(policy, None), policy
         else:
             task_policy, node_policy = _part_policy(policy, sep.task_expr), _part_policy(policy, sep.node_expr)
+        task_policy = _selector_hooks(task_policy, plan)
     merge = tuple((v.name, v.merge if v.merge != "const" else "none") for v in analysis.state if v.dynamic)
     return SimPlan(
         name=plan.name, architecture=plan.architecture, policy=policy, load=plan.load, sync=plan.sync,

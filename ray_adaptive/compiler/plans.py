@@ -253,15 +253,24 @@ def _hybrid(analysis: Analysis, space: PlanSpace, loads: Sequence[LoadView], con
     else:
         task_vars, node_vars = reads(sep.task_expr), reads(sep.node_expr)
     dynamic = {v.name: v for v in analysis.state if v.dynamic}
+    # the selector keeps what the task part reads and what Score does not read at all
+    selector_vars = task_vars | (set(dynamic) - node_vars)
     for u in analysis.hook_units:
-        written = set(u.state_writes) & task_vars
+        written = set(u.state_writes) & selector_vars
         if written and u.side not in (TASK, NONE):
             name = sorted(written)[0]
+            kept = "the task part reads" if name in task_vars else "only the selector keeps"
             return [], [Excluded("hybrid", "hybrid", (
-                f"{u.id} `{u.text}` changes `{name}`, which the task part reads, from the node; "
+                f"{u.id} `{u.text}` changes `{name}`, which {kept}, from the node; "
                 "the selector runs hooks when it forwards a task, before the node is known"))]
     for u in analysis.hook_units:
-        placement.append((u.id, "selector+schedulers" if set(u.state_writes) & set(node_vars) & set(dynamic) else "selector"))
+        if u.side not in (TASK, NONE):  # reads the node: only a placement scheduler knows it
+            where = "schedulers"
+        elif set(u.state_writes) & node_vars & set(dynamic):
+            where = "selector+schedulers"
+        else:
+            where = "selector"
+        placement.append((u.id, where))
     node_dynamic = [dynamic[v] for v in sorted(node_vars) if v in dynamic]
     syncs, why = _syncs(space, node_dynamic)
     state = []
