@@ -204,6 +204,41 @@ def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):
     assert [x for x, _, _ in ray.get([fn.remote(i) for i in range(8)], timeout=60)] == list(range(8))
 
 
+@pytest.mark.parametrize("plan", ["centralized", "hybrid"])
+def test_a_process_leaving_with_tasks_pending_at_the_selector_frees_their_room(drf, plan):
+    rt = drf(plan, queue=0)  # 4 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def join(self):
+            return ra.runtime_of("drf_lb").plan.name
+
+        def submit_then_leave(self, n):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+            futures = [f.submit(i) for i in range(n)]
+            time.sleep(0.1)  # pending at the selector: every slot runs one of a's tasks
+            ra.shutdown()  # cancels them
+            return sum(fut.cancelled() for fut in futures)
+
+    sub = Submitter.remote()
+    assert ray.get(sub.join.remote()) == plan
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    a = [fn.submit(i, 1.0) for i in range(12)]
+    time.sleep(0.1)
+    assert ray.get(sub.submit_then_leave.remote(8), timeout=60) == 8
+    ray.kill(sub)
+    # DRF would give b's tasks (no allocation) every slot a frees: had the selector kept them, they
+    # would hold those slots for a process that is gone, and a's backlog would never finish
+    assert [x for x, _, _ in ray.get([f.result(timeout=30) for f in a])] == list(range(12))
+    selector = rt.topology.selector
+    deadline = time.monotonic() + 10
+    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the last finish notifications are fire and forget
+    snap = ray.get(selector.export.remote())
+    assert (snap["pending"], snap["running"]) == ([], [])
+    assert all(v == pytest.approx([0.0, 0.0, 0.0], abs=1e-9) for v in snap["state"]["alloc"].values()), snap["state"]
+
+
 def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
     rt = drf("centralized", queue=0)
     fn = ra.policy("drf_lb")(work)

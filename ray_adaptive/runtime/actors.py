@@ -218,6 +218,7 @@ class Selector:
         self._rr = itertools.count()
         self._seen: Dict[str, float] = {}  # client -> when last heard from (monotonic)
         self._holder: Optional[str] = None  # the client holding the lease
+        self._gone: set = set()  # clients that left (see forget)
         self._recalled_at: Optional[float] = None
         self.leases = 0
         self.decisions = 0
@@ -232,11 +233,37 @@ class Selector:
         """Finish notifications: free the room, run OnFinish, decide what that allows."""
         with self._cond:
             now = self._now()
-            for tid in ids:
-                if self._s.finish(tid, now) is not None and self._placements:
-                    self._fin[self._hop.pop(tid)].append(tid)
+            self._release(ids, now)
             self._decide(now)
             self._cond.notify_all()
+
+    def _release(self, ids: Sequence[str], now: float) -> None:
+        for tid in ids:
+            if self._s.finish(tid, now) is not None and self._placements:
+                self._fin[self._hop.pop(tid)].append(tid)
+
+    def forget(self, client: str) -> int:
+        """A client leaves (its router closed): its tasks still pending here are dropped, and decisions
+        it will never receive free their room as finishes would -- later ones too (the hybrid's
+        placements may still answer for it). Without this, its tasks would be decided for a process
+        that is gone and hold their nodes' room for good. Returns how many tasks were dropped or freed."""
+        with self._cond:
+            now = self._now()
+            dropped = self._s.cancel_pending(lambda t: t.origin == client)
+            undelivered = [tid for tid, _ in self._mail.pop(client, [])]
+            self._release(undelivered, now)
+            self._gone.add(client)
+            self._waiting.pop(client, None)
+            self._seen.pop(client, None)
+            self._decide(now)
+            self._cond.notify_all()
+            return len(dropped) + len(undelivered)
+
+    def _mail_to(self, client: str, tid: str, node: str, now: float) -> None:
+        if client in self._gone:
+            self._release([tid], now)
+        else:
+            self._mail.setdefault(client, []).append((tid, node))
 
     def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[dict] = None) -> dict:
         """A client's new tasks (and, from a lease holder giving it back, ``handback``). Returns ``{"decisions": [(task, node)...]}``, ``{"lease": {...}}``
@@ -315,7 +342,7 @@ class Selector:
                 self._origin[t.id] = t.origin
                 self._out[i].append(TaskState(t.id, t.arrival, t.fields, t.origin))
             else:
-                self._mail.setdefault(t.origin, []).append((t.id, t.node))
+                self._mail_to(t.origin, t.id, t.node, now)
         self._cond.notify_all()
 
     def _forward_loop(self) -> None:
@@ -340,10 +367,12 @@ class Selector:
                 time.sleep(0.01)
                 continue
             with self._cond:
+                now = self._now()
                 for (i, _, _), decided in zip(batches, answers):
                     held[i] -= len(decided)
                     for tid, node in decided:
-                        self._mail.setdefault(self._origin.pop(tid), []).append((tid, node))
+                        self._mail_to(self._origin.pop(tid), tid, node, now)
+                self._decide(now)  # (room a gone client's decisions freed)
                 self._cond.notify_all()
             if not any(self._out) and any(held):
                 time.sleep(0.001)  # held tasks wait for finishes or a heartbeat: do not spin

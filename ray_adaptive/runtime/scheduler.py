@@ -29,7 +29,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 from ray_adaptive.dsl.ir import Policy
@@ -193,8 +193,16 @@ class Scheduler:
         self.running.clear()
         return out
 
-    def cancel_pending(self) -> List[TaskState]:
-        out, self._pending, self._keys = self._pending, [], []
+    def cancel_pending(self, which: Optional[Callable[[TaskState], bool]] = None) -> List[TaskState]:
+        """Remove the pending tasks ``which`` selects (default: all) and return them; no hooks run."""
+        if which is None:
+            out, self._pending, self._keys = self._pending, [], []
+            return out
+        drop = [which(t) for t in self._pending]
+        out = [t for t, d in zip(self._pending, drop) if d]
+        self._pending = [t for t, d in zip(self._pending, drop) if not d]
+        if not self.fifo:  # (a FIFO queue keeps no sort keys)
+            self._keys = [k for k, d in zip(self._keys, drop) if not d]
         return out
 
     # ---------------------------------------------------------------- views

@@ -418,7 +418,8 @@ class RemoteDecider:
             return out
 
     def close(self) -> None:
-        """Stop; a lease goes back to the selector first (other processes may still use it)."""
+        """Stop; a lease goes back to the selector first (other processes may still use it), and the
+        selector forgets this process's tasks still pending there (the router has cancelled them)."""
         import ray
 
         with self._cond:
@@ -426,11 +427,12 @@ class RemoteDecider:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout=5)
-        if leased:
-            try:
+        try:
+            if leased:
                 self._hand_back(with_pending=False)
-            except Exception:
-                pass  # the selector is gone
+            ray.get(self._selector.forget.remote(self.client), timeout=5)
+        except Exception:
+            pass  # the selector is gone (shutdown) or stuck: nothing of ours can be decided there
         with self._cond:
             self._sent.clear()
             self._out.clear()
