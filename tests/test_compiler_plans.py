@@ -357,3 +357,13 @@ def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch, fail
     monkeypatch.setattr(estimates, "_job", flaky)
     with pytest.raises(ValueError, match="replay failed"):
         compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=2)
+
+
+@pytest.mark.parametrize("rate", [120, 600, 900])
+def test_replays_that_stop_once_settled_keep_every_verdict(rate):
+    settled, whole = (compile_policy(load_policy("drf_lb"), rate=rate, window=450, profile=FIXED, measure=False,
+                                     workers=1, settle=s) for s in (True, False))
+    assert settled.choice.estimate.plan.name == whole.choice.estimate.plan.name
+    assert {n: v.kept for n, v in settled.choice.verdicts.items()} == {n: v.kept for n, v in whole.choice.verdicts.items()}
+    sampled = [sum(e.quality["decisions"] for e in c.estimates) for c in (settled, whole)]
+    assert sampled[0] < sampled[1] / 2, sampled

@@ -200,3 +200,32 @@ def test_trace_errors_name_row_and_column(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         read_trace(path)
+
+
+# ------------------------------------------------------- replays that stop once settled
+
+def test_settle_waits_for_enough_batches_then_places_the_mean_against_the_limit():
+    rule = metrics.Settle(limit=1.2)
+    ones = [10.0] * 99
+    assert not rule.done(ones, ones)  # 3 batches of 25: too few to judge
+    assert rule.done(ones + [10.0], ones + [10.0])  # 4 batches, all ideal: 1.0, far below the limit
+    rng = np.random.default_rng(0)
+    ideal = [10.0] * 200
+    far = list(10.0 * (1 + rng.uniform(0.6, 1.0, 200)))  # ratios 1.6-2.0: far above the limit
+    assert rule.done(far, ideal)
+    near = list(10.0 * (1 + rng.uniform(0.0, 0.4, 200)))  # ratios 1.0-1.4 around 1.2: neither side is sure
+    assert not rule.done(near, ideal)
+    assert metrics.Settle(limit=None, precision=0.5).done(near, ideal)  # no limit: known to within 50%
+    with pytest.raises(ValueError, match="min_batches >= 2"):
+        metrics.Settle(min_batches=1)
+
+
+def test_a_settled_replay_stops_early_on_the_same_side_of_the_limit():
+    sc = paper(700, seconds=1.0)
+    for name in ("centralized", "decentralized+sync 100ms"):
+        whole = simulate(sim_plan(name), sc, prefill=True, cr_from=0.3)
+        short = simulate(sim_plan(name), sc, prefill=True, cr_from=0.3, settle=metrics.Settle(limit=1.2))
+        assert short.events < whole.events / 2 and 100 <= short.cr_impl.size < whole.cr_impl.size
+        means = whole.metrics().cr["mean"], short.metrics().cr["mean"]
+        assert (means[0] <= 1.2) == (means[1] <= 1.2), means
+        assert short.window[1] < whole.window[1]  # the metrics cover the replayed part only

@@ -61,6 +61,7 @@ class Compilation:
     estimates: list[Estimate]
     excluded: list[Excluded]
     choice: Choice
+    settled: bool = True  # replays stopped once each plan's competitive ratio was settled
 
     @property
     def nodes(self) -> int:
@@ -117,7 +118,8 @@ class Compilation:
         lim = f"limit {self.limit:g}" if self.limit is not None else "no limit"
         out = [f"policy {a.policy.name} ({lim}) on {n} nodes x {node0.executors} executor(s), queue {node0.queue}: "
                f"execution bound {self.capacity:.0f} tasks/s; rate {self.rate:.0f} tasks/s; "
-               f"replayed {len(self.window.tasks)} tasks", "", "Units"]
+               f"replayed {len(self.window.tasks)} tasks" + (" per plan at most, until its competitive ratio was settled"
+                                                             if self.settled else ""), "", "Units"]
         width = max(len(u.text) for u in a.units)
         for u in a.units:
             extra = ", ".join(str(r) for r in u.reads if r.kind != "local") or "-"
@@ -238,6 +240,7 @@ def compile_policy(
     limit: Optional[float] = None,
     seed: int = 0,
     workers: Optional[int] = None,
+    settle: bool = True,
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
@@ -247,7 +250,10 @@ def compile_policy(
     ``limit`` overrides the policy's ``[limit=...]``. ``workers``: replay the
     plans in that many processes (the same result, sooner on several cores);
     default: one per CPU, or 1 inside a worker process or a multi-threaded
-    process (the replays fork).
+    process (the replays fork). ``settle``: stop each plan's replay once its
+    competitive ratio is settled against the limit (False: replay the whole
+    window, for a more precise ratio; see
+    :class:`~ray_adaptive.sim.metrics.Settle`).
     """
     if workers is None:
         workers = default_workers()
@@ -264,6 +270,7 @@ def compile_policy(
                  for p in plans]
     limit = policy.limit if limit is None else limit
     estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, prefill=offered >= capacity,
-                                 limit=limit, workers=workers)
+                                 limit=limit, workers=workers, settle=settle)
     choice = choose(estimates, offered, limit, headroom)
-    return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice)
+    return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice,
+                       settle)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable, Optional, Protocol, Sequence
@@ -468,6 +469,29 @@ def _string_concat(a, b):
     return a + b
 
 
+_PROGRAMS: dict = {}  # id(policy) -> (policy, Score, hooks, State initialisers)
+_PROGRAMS_LOCK = threading.Lock()
+_PROGRAMS_MAX = 64
+
+
+def _program(policy: ir.Policy) -> tuple:
+    """``policy`` compiled to closures, once per policy object: the closures keep nothing between calls
+    (all they touch is the ``_Env`` they are given), so every interpreter of a policy -- a simulated
+    plan has one per scheduler, and the compiler replays a dozen plans -- shares them."""
+    with _PROGRAMS_LOCK:
+        hit = _PROGRAMS.get(id(policy))
+        if hit is not None and hit[0] is policy:  # (the entry keeps the policy alive: its id is not reused)
+            return hit[1:]
+    c = _Compiler(policy)
+    program = (c.block(policy.score.body), {h.name: c.block(h.body) for h in policy.hooks},
+               {d.name: c.expr(d.init) for d in policy.state if d.init is not None})
+    with _PROGRAMS_LOCK:
+        if len(_PROGRAMS) >= _PROGRAMS_MAX:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))  # the oldest
+        _PROGRAMS[id(policy)] = (policy, *program)
+    return program
+
+
 class Interpreter:
     """One running instance of a policy: its State, Score and hooks.
 
@@ -482,13 +506,11 @@ class Interpreter:
     def __init__(self, policy: ir.Policy, num_nodes: int = 0):
         self.policy = policy
         self.num_nodes = num_nodes
-        c = _Compiler(policy)
-        self._score = c.block(policy.score.body)
-        self._hooks = {h.name: c.block(h.body) for h in policy.hooks}
+        self._score, self._hooks, inits = _program(policy)
         self.state: dict = {}
         empty = _Env((), (), {}, 0.0, num_nodes)
         for d in policy.state:
-            self.state[d.name] = _to_state(c.expr(d.init)(empty), d.type) if d.init is not None else (
+            self.state[d.name] = _to_state(inits[d.name](empty), d.type) if d.init is not None else (
                 {} if d.type.kind == "map" else _to_state(zero_value(d.type), d.type)
             )
 

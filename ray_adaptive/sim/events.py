@@ -36,6 +36,7 @@ class EventLoop:
         self.now = 0.0
         self._heap: list = []
         self._seq = itertools.count()
+        self._stopped = False
 
     def at(self, time: float, priority: int, fn: Callable, *args) -> None:
         """Run ``fn(*args)`` at ``time`` (not earlier than now)."""
@@ -46,6 +47,10 @@ class EventLoop:
     def after(self, delay: float, priority: int, fn: Callable, *args) -> None:
         self.at(self.now + delay, priority, fn, *args)
 
+    def stop(self) -> None:
+        """End :meth:`run` after the current event (what is scheduled stays unrun)."""
+        self._stopped = True
+
     def __len__(self) -> int:
         return len(self._heap)
 
@@ -53,7 +58,7 @@ class EventLoop:
         """Process events up to ``until``; return how many ran (with the garbage collector paused)."""
         heap, count = self._heap, 0
         with gc_paused():
-            while heap and heap[0][0] <= until:
+            while heap and heap[0][0] <= until and not self._stopped:
                 time, _, _, fn, args = heapq.heappop(heap)
                 self.now = time
                 fn(*args)

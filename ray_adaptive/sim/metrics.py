@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -120,3 +122,48 @@ def competitive_ratio(impl: Sequence[float], ideal: Sequence[float], scale: Opti
         "n": int(r.size),
         "scale": round(scale, 6),
     }
+
+
+# ------------------------------------------------------- when a replay may stop
+#
+# The compiler replays every plan only to place its mean ratio against the
+# policy's limit (and to print it). Far from the limit -- a centralized plan at
+# 1.000, a decentralized one at 1.7 against 1.2 -- a hundred decisions settle
+# that as surely as five hundred, and the rest of the replay is wasted. So a
+# replay may stop once the mean is *settled*: with decisions cut into
+# consecutive batches (their means are nearly independent where single
+# decisions, sharing queue states, are not: the batch-means method of
+# simulation output analysis), once the mean lies more than z standard errors
+# from the limit, or is known to within `precision` (relative) either way.
+# Near the limit neither holds, and the replay runs on to its end.
+
+
+@dataclass(frozen=True)
+class Settle:
+    """When a replay's competitive ratio is settled enough to stop (see above).
+
+    Example:
+        >>> Settle(limit=1.2).done([10.0] * 100, [10.0] * 100)
+        True
+    """
+
+    limit: Optional[float] = None
+    batch: int = 25
+    min_batches: int = 4
+    z: float = 3.0
+    precision: float = 0.01
+
+    def __post_init__(self):
+        if self.batch < 1 or self.min_batches < 2:
+            raise ValueError(f"Settle needs batch >= 1 and min_batches >= 2, found {self.batch}, {self.min_batches}")
+
+    def done(self, impl: Sequence[float], ideal: Sequence[float]) -> bool:
+        """Whether the decisions so far settle the mean ratio (the run's own score scale: the final one,
+        the ideal scheduler's, is not known while plans replay side by side)."""
+        n = len(impl) // self.batch * self.batch
+        if n < self.batch * self.min_batches:
+            return False
+        means = decision_ratios(impl[:n], ideal[:n], score_scale(ideal[:n])).reshape(-1, self.batch).mean(axis=1)
+        mean, half = float(means.mean()), self.z * float(means.std(ddof=1)) / math.sqrt(means.size)
+        far = self.limit is not None and abs(mean - self.limit) > half
+        return far or half <= self.precision * mean

@@ -86,6 +86,10 @@ __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 _FINISH, _SYNC = "finish", "sync"
 
 
+def _arrival(task: Task) -> float:
+    return task.arrival
+
+
 class _ViewNode:
     """A node as a scheduler with cached loads sees it (the interpreter's NodeView)."""
 
@@ -378,8 +382,10 @@ class PlanSim:
 
     def __init__(self, plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
                  record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
-                 cr_from: float = 0.0, source: str = "<scenario>"):
-        check_fields(plan.policy, scenario, source)
+                 cr_from: float = 0.0, source: str = "<scenario>", settle: Optional[M.Settle] = None,
+                 validate: bool = True):
+        if validate:
+            check_fields(plan.policy, scenario, source)
         if deadline not in DEADLINES:
             raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
         self.deadline = deadline
@@ -395,6 +401,7 @@ class PlanSim:
         self._any_resources = any(t.spec.resources for t in self.tasks)
         self.rng = np.random.default_rng(seed)
         self.record_cr, self.cr_every, self._cr_count, self.cr_from = record_cr, cr_every, 0, cr_from
+        self.settle, self.stopped_at = settle, None
         self.cr_impl: list[float] = []
         self.cr_ideal: list[float] = []
         self.truth = Interpreter(plan.policy, num_nodes=n)
@@ -433,10 +440,10 @@ class PlanSim:
         if prefill and self.tasks:
             self._prefill()
         self._hist = [([0.0], [x.load]) for x in self.nodes]  # each node's load over time (for cached views)
-        for task in self.tasks:
-            self.loop.at(task.arrival, ARRIVAL, self._arrive, task)
-            if math.isfinite(task.spec.timeout):
-                self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
+        # arrivals are scheduled one at a time, each by the one before (ties in scenario order), and a
+        # task's timeout when it arrives: a heap of what is due soon, not of the whole scenario
+        self._arrivals = iter(sorted(self.tasks, key=_arrival))
+        self._next_arrival()
         for s in self.locals if plan.architecture != "centralized" else [self.central]:
             if plan.load.kind == "cached" and (plan.architecture != "hybrid" or s.role == "scheduler"):
                 s.hb_index = len(self._hb)
@@ -647,7 +654,15 @@ class PlanSim:
             state[v] = dict(x) if isinstance(x, dict) else x
 
     # --------------------------------------------------------------- events
+    def _next_arrival(self) -> None:
+        task = next(self._arrivals, None)
+        if task is not None:
+            self.loop.at(task.arrival, ARRIVAL, self._arrive, task)
+
     def _arrive(self, task: Task) -> None:
+        self._next_arrival()
+        if math.isfinite(task.spec.timeout):
+            self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
         self._hook(self.truth, "OnArrival", task, None)
         self.gp.add(task)
         s = self.central if self.plan.architecture != "decentralized" else self.locals[self._homes[task]]
@@ -932,6 +947,8 @@ class PlanSim:
                 if sample is not None:
                     self.cr_impl.append(sample[0])
                     self.cr_ideal.append(sample[1])
+                    if self.settle is not None and len(self.cr_impl) % self.settle.batch == 0:
+                        self._maybe_stop()
             else:
                 s.bounces += 1
                 if self.deadline == "dispatch" and task not in self.forwarded and self.loop.now >= task.spec.deadline:
@@ -942,6 +959,13 @@ class PlanSim:
         self._step(s)
 
     # -------------------------------------------------- competitive ratio
+    def _maybe_stop(self) -> None:
+        """End the run here if the competitive ratio is settled; the metrics' window ends here too."""
+        if self.settle.done(self.cr_impl, self.cr_ideal):
+            self.stopped_at = self.loop.now
+            self.window = (self.window[0], max(min(self.window[1], self.loop.now), self.window[0] + 1e-9))
+            self.loop.stop()
+
     def _sample(self, task: Task, node: Node, decided_at: float) -> Optional[tuple[float, float]]:
         """(S, S*) for the competitive ratio, on the exact global state as the decision takes effect.
 
@@ -997,7 +1021,7 @@ class PlanSim:
 
 def simulate(plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,
              cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False, cr_from: float = 0.0,
-             source: str = "<scenario>") -> SimResult:
+             source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True) -> SimResult:
     """Run ``plan`` on ``scenario`` and return the result (deterministic for a seed).
 
     ``warmup``: seconds at the start left out of the metrics. ``cr_every``:
@@ -1007,7 +1031,12 @@ def simulate(plan: SimPlan, scenario: Scenario, seed: int = 0, warmup: float = 0
     :mod:`ray_adaptive.sim.model`. ``prefill``: start with every node slot
     busy (the steady state of an overloaded cluster), see :meth:`PlanSim._prefill`.
     ``cr_from``: sample the competitive ratio only from this time on.
+    ``settle``: stop as soon as the competitive ratio is settled (see
+    :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
+    ``validate``: check the tasks' fields against the policy first (the
+    compiler checked its window once, for every plan's replay).
     """
     with gc_paused():
         return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
-                       deadline=deadline, prefill=prefill, cr_from=cr_from, source=source).run()
+                       deadline=deadline, prefill=prefill, cr_from=cr_from, source=source, settle=settle,
+                       validate=validate).run()
