@@ -79,7 +79,7 @@ from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.plans import RoleCosts, SimPlan
 from ray_adaptive.sim.replicas import merge_into
 from ray_adaptive.sim.scenario import Scenario, check_fields
-from ray_adaptive.sim.scoring import scoring_for
+from ray_adaptive.sim.scoring import group_key, scoring_for
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 
@@ -107,14 +107,6 @@ class _ViewNode:
 
     def fits(self, task: Task) -> bool:
         return self.node.fits(task)
-
-
-def _hashable(v):
-    if isinstance(v, list):
-        return tuple(_hashable(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
-    return v
 
 
 def _cached(key):
@@ -151,21 +143,10 @@ def _row_key(fn, resources: bool, shared: Optional[dict] = None):
 
 
 def _row_key_uncached(fn, resources: bool):
-    attrs = ir.task_attributes_read(fn)
-    if "id" in attrs:
-        return None
-    arrival = "arrival" in attrs
-    fields = [a for a in attrs if a != "arrival"]
-
-    def key(t: Task):
-        k = tuple(_hashable(t.fields[f]) for f in fields)
-        if arrival:
-            k += (t.arrival,)
-        if resources:
-            k += (tuple(sorted(t.spec.resources.items())),)
-        return k
-
-    return key
+    key = group_key(fn)
+    if key is None or not resources:
+        return key
+    return lambda t: (*key(t), tuple(sorted(t.spec.resources.items())))
 
 
 class _Queue:

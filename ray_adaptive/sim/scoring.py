@@ -35,7 +35,7 @@ import numpy as np
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 
-__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for"]
+__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key"]
 
 _NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
 _PART = "__part__"  # the local a part's value is computed into
@@ -327,6 +327,32 @@ class SplitScoring:
 
     def pair(self, interp: Interpreter, task, node, now: float) -> float:
         return self.scores(interp, [task], [node], now).cell(0, 0)
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def group_key(fn: ir.Function) -> Optional[Callable]:
+    """``key(task)``, equal for tasks that ``fn`` (Score) cannot tell apart: the task attributes it reads.
+
+    Such tasks score the same against every node whatever the State, so a
+    decision need only score the earliest of each group. None when ``fn``
+    reads ``task.id`` (every task differs). Tasks are anything with
+    ``fields`` and ``arrival`` (the simulator's and the runtime's).
+    """
+    attrs = ir.task_attributes_read(fn)
+    if "id" in attrs:
+        return None
+    arrival = "arrival" in attrs
+    fields = [a for a in attrs if a != "arrival"]
+    if arrival:
+        return lambda t: (*[_hashable(t.fields[f]) for f in fields], t.arrival)
+    return lambda t: tuple([_hashable(t.fields[f]) for f in fields])
 
 
 def scoring_for(policy: ir.Policy, split: Optional[ScoreSplit], resources: bool, group: Optional[Callable] = None):

@@ -1,0 +1,73 @@
+"""The runtime's Scheduler, free of Ray: decisions on grouped pending queues are the full matrix's."""
+
+import random
+
+import pytest
+
+from ray_adaptive.dsl import load_policy, shipped_policies
+from ray_adaptive.runtime import scheduler as S
+from ray_adaptive.runtime.scheduler import NodeState, Scheduler, TaskState
+
+
+def _fields(policy, rng):
+    out = {}
+    for d in policy.task_fields:
+        kind = d.type.kind
+        if kind == "string":
+            out[d.name] = rng.choice(["a", "b", "c"])
+        elif kind == "vec":
+            out[d.name] = [rng.choice([0.1, 0.2]), 0.2, 0.1]
+        elif kind == "int":
+            out[d.name] = rng.choice([1, 2, 3])
+        elif kind == "bool":
+            out[d.name] = rng.random() < 0.5
+        else:
+            out[d.name] = rng.choice([0.5, 1.0])
+    return out
+
+
+def _nodes(policy):
+    fields = {d.name: ({"string": "z1", "int": 1, "float": 1.0, "bool": True}.get(d.type.kind, [1.0, 1.0, 1.0]))
+              for d in policy.node_fields}
+    return [NodeState(f"n{i}", i, 2, 1, {"CPU": 2.0}, dict(fields)) for i in range(4)]
+
+
+def _run(policy, grouped: bool, seed: int):
+    """Arrivals in bursts, finishes in between, a cancellation: the decisions in order."""
+    sched = Scheduler(policy, _nodes(policy))
+    if not grouped:  # the reference: every pending task scored at every decision
+        sched._pending = S._Pending(False, None)
+    rng, decided, running = random.Random(seed), [], []
+    for burst in range(12):
+        now = float(burst)
+        for i in range(rng.randint(5, 60)):
+            sched.add(TaskState(f"t{burst:02d}-{i:03d}", now + rng.uniform(0, 1), _fields(policy, rng)), now)
+        if burst == 6:
+            sched.cancel_pending(lambda t: t.id.endswith("7"))
+        for t in sched.decide(now):
+            decided.append((t.id, t.node))
+            running.append(t.id)
+        rng.shuffle(running)
+        for tid in running[: len(running) // 2]:
+            sched.finish(tid, now + 0.5)
+        running = running[len(running) // 2:]
+    state = {k: repr(v) for k, v in sched.export()["state"].items()}  # (numpy arrays compare elementwise)
+    return decided, [t["id"] for t in sched.export()["pending"]], state
+
+
+@pytest.mark.parametrize("policy", shipped_policies())
+def test_grouped_decisions_are_the_full_matrix_decisions(policy):
+    p = load_policy(policy)
+    for seed in range(3):
+        assert _run(p, True, seed) == _run(p, False, seed)
+
+
+def test_a_backlog_scores_one_row_per_group():
+    p = load_policy("drf_lb")
+    sched = Scheduler(p, _nodes(p))
+    rng = random.Random(0)
+    for i in range(3000):
+        sched.add(TaskState(f"t{i:05d}", rng.uniform(0, 10), {"tenant": rng.choice("abc"), "resource_vec": [0.1, 0.2, 0.1]}), 0.0)
+    rows = sched._pending.rows()
+    assert len(rows) == 3 and [t.arrival for t in rows] == sorted(t.arrival for t in rows)
+    assert len(sched.decide(0.0)) == 12 and sched.pending == 2988
