@@ -48,7 +48,7 @@ class EventLoop:
         self.at(self.now + delay, priority, fn, *args)
 
     def stop(self) -> None:
-        """End :meth:`run` after the current event (what is scheduled stays unrun)."""
+        """End :meth:`run` after the current event (what is scheduled stays, for a later run)."""
         self._stopped = True
 
     def __len__(self) -> int:
@@ -57,6 +57,7 @@ class EventLoop:
     def run(self, until: float = math.inf) -> int:
         """Process events up to ``until``; return how many ran (with the garbage collector paused)."""
         heap, count = self._heap, 0
+        self._stopped = False
         with gc_paused():
             while heap and heap[0][0] <= until and not self._stopped:
                 time, _, _, fn, args = heapq.heappop(heap)
