@@ -242,14 +242,14 @@ class Selector:
             if self._s.finish(tid, now) is not None and self._placements:
                 self._fin[self._hop.pop(tid)].append(tid)
 
-    def forget(self, client: str) -> int:
+    def forget(self, client: str) -> None:
         """A client leaves (its router closed): its tasks still pending here are dropped, and decisions
         it will never receive free their room as finishes would -- later ones too (the hybrid's
         placements may still answer for it). Without this, its tasks would be decided for a process
-        that is gone and hold their nodes' room for good. Returns how many tasks were dropped or freed."""
+        that is gone and hold their nodes' room for good."""
         with self._cond:
             now = self._now()
-            dropped = self._s.cancel_pending(lambda t: t.origin == client)
+            self._s.cancel_pending(lambda t: t.origin == client)
             undelivered = [tid for tid, _ in self._mail.pop(client, [])]
             self._release(undelivered, now)
             self._gone.add(client)
@@ -257,13 +257,14 @@ class Selector:
             self._seen.pop(client, None)
             self._decide(now)
             self._cond.notify_all()
-            return len(dropped) + len(undelivered)
 
-    def _mail_to(self, client: str, tid: str, node: str, now: float) -> None:
+    def _mail_to(self, client: str, tid: str, node: str, now: float) -> bool:
+        """Send a decision to its client; False if the client is gone (its room is freed instead)."""
         if client in self._gone:
             self._release([tid], now)
-        else:
-            self._mail.setdefault(client, []).append((tid, node))
+            return False
+        self._mail.setdefault(client, []).append((tid, node))
+        return True
 
     def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[dict] = None) -> dict:
         """A client's new tasks (and, from a lease holder giving it back, ``handback``). Returns ``{"decisions": [(task, node)...]}``, ``{"lease": {...}}``
@@ -367,12 +368,13 @@ class Selector:
                 time.sleep(0.01)
                 continue
             with self._cond:
-                now = self._now()
+                now, freed = self._now(), False
                 for (i, _, _), decided in zip(batches, answers):
                     held[i] -= len(decided)
                     for tid, node in decided:
-                        self._mail_to(self._origin.pop(tid), tid, node, now)
-                self._decide(now)  # (room a gone client's decisions freed)
+                        freed |= not self._mail_to(self._origin.pop(tid), tid, node, now)
+                if freed:  # a gone client's decisions made room
+                    self._decide(now)
                 self._cond.notify_all()
             if not any(self._out) and any(held):
                 time.sleep(0.001)  # held tasks wait for finishes or a heartbeat: do not spin
