@@ -192,6 +192,10 @@ def test_trace_round_trip_with_outcomes(tmp_path, ext):
     ("id,arrival,speed\nt0,0.1,3\n", "unknown column 'speed'"),
     ("arrival\n0.1\n", "missing column 'id'"),
     ("id,arrival,task.resource_vec\nt0,0.1,[0.1\n", "column 'task.resource_vec': invalid JSON"),
+    ("id,arrival\nt0,0.1\nt1,x\n", "row 3 (id 't1'): column 'arrival' must be a number, found 'x'"),
+    ("id,arrival\nt0,0.1\nt1,\n", "row 3 (id 't1'): column 'arrival' is empty"),
+    ("id,arrival,timeout\nt0,0.1,\nt1,0.2,-3\n", "row 3 (id 't1'): column 'timeout' must be >= 0"),
+    ("id,arrival,resources\nt0,0.1,\nt1,0.2,[1]\n", "row 3 (id 't1'): column 'resources' must be a JSON object"),
 ])
 def test_trace_errors_name_row_and_column(tmp_path, content, message):
     from ray_adaptive.errors import ScenarioError
@@ -200,6 +204,17 @@ def test_trace_errors_name_row_and_column(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         read_trace(path)
+
+
+def test_trace_rows_get_their_own_field_values(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('id,arrival,timeout,task.v,task.m\nt0,0.1,,"[1, 2]","{""a"": [1]}"\n'
+                    't1,0.2,inf,"[1, 2]","{""a"": [1]}"\n')
+    a, b = read_trace(path)
+    assert a.fields == b.fields == {"v": [1, 2], "m": {"a": [1]}} and a.timeout == b.timeout == float("inf")
+    a.fields["v"].append(3)
+    a.fields["m"]["a"].append(2)
+    assert b.fields == {"v": [1, 2], "m": {"a": [1]}}  # one parse per distinct text, not one shared value
 
 
 # ------------------------------------------------------- replays that stop once settled

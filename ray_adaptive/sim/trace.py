@@ -95,7 +95,7 @@ def write_trace(path: "str | Path", tasks: Iterable[Union[Task, TaskSpec]], plac
 
 
 def _decode(v, where: str, column: str):
-    if isinstance(v, str) and v[:1] in "[{":
+    if isinstance(v, str) and v[:1] in ("[", "{"):
         try:
             return json.loads(v)
         except json.JSONDecodeError as err:
@@ -103,6 +103,28 @@ def _decode(v, where: str, column: str):
     if hasattr(v, "item"):  # numpy scalars from pandas
         return v.item()
     return v
+
+
+class _Decoder:
+    """:func:`_decode` for one column, each distinct text parsed once (a trace repeats a few values over
+    many rows); each row still gets its own list or dict."""
+
+    def __init__(self, column: str):
+        self.column = column
+        self._seen: dict = {}  # text -> (value, flat: a list/dict of scalars, copied cheaply)
+
+    def __call__(self, v, where):
+        if not (isinstance(v, str) and v[:1] in ("[", "{")):
+            return v.item() if hasattr(v, "item") else v  # (numpy scalars from pandas)
+        hit = self._seen.get(v)
+        if hit is None:
+            value = _decode(v, where(), self.column)
+            items = value.values() if isinstance(value, dict) else value
+            hit = self._seen[v] = (value, not any(isinstance(x, (list, dict)) for x in items))
+        value, flat = hit
+        if not flat:
+            return json.loads(v)
+        return dict(value) if isinstance(value, dict) else list(value)
 
 
 def _number(v, where: str, column: str, default: float) -> float:
@@ -115,6 +137,23 @@ def _number(v, where: str, column: str, default: float) -> float:
     if x < 0 or math.isnan(x):
         raise ScenarioError(f"{where}: column '{column}' must be >= 0, found {v!r}")
     return x
+
+
+def _numbers(df, column: str, default: float, where) -> list:
+    """A numeric column as floats (``default`` where empty), checked all at once; the first bad row is
+    reported as :func:`_number` reports it."""
+    import pandas as pd
+
+    if column not in df.columns:
+        return [default] * len(df)
+    raw = df[column]
+    x = pd.to_numeric(raw, errors="coerce")
+    empty = raw.isna() | (raw.astype(str) == "") if raw.dtype == object else raw.isna()
+    bad = (x.isna() & ~empty) | (x < 0)
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        _number(raw.iloc[i], where(i), column, default)  # raises, naming the row
+    return x.astype(float).fillna(default).tolist()
 
 
 def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
@@ -139,36 +178,47 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
     if unknown:
         raise ScenarioError(f"{path}: unknown column '{unknown[0]}'; expected {', '.join(BASE_COLUMNS)}, "
                             f"task.<field> columns, or outcome columns ({', '.join(OUTCOME_COLUMNS)})")
-    fields = [c for c in df.columns if c.startswith(_PREFIX)]
-    out, seen = [], set()
-    for i, row in enumerate(df.to_dict("records")):
-        tid = row["id"]
-        where = f"{path}: row {i + 2 if fmt == 'csv' else i} (id {tid!r})"
+    ids = df["id"].tolist()
+
+    def where(i: int) -> str:
+        return f"{path}: row {i + 2 if fmt == 'csv' else i} (id {ids[i]!r})"
+
+    seen = set()
+    for i, tid in enumerate(ids):
         if tid is None or (isinstance(tid, float) and math.isnan(tid)) or str(tid) == "":
-            raise ScenarioError(f"{where}: empty id")
-        tid = str(tid)
+            raise ScenarioError(f"{where(i)}: empty id")
+        tid = ids[i] = str(tid)
         if tid in seen:
-            raise ScenarioError(f"{where}: duplicate task id")
+            raise ScenarioError(f"{where(i)}: duplicate task id")
         seen.add(tid)
-        arrival = _number(row["arrival"], where, "arrival", math.nan)
-        if math.isnan(arrival):
-            raise ScenarioError(f"{where}: column 'arrival' is empty")
-        resources = _decode(row.get("resources") or "", where, "resources") if "resources" in row else {}
+    arrivals = _numbers(df, "arrival", math.nan, where)
+    for i, a in enumerate(arrivals):
+        if math.isnan(a):
+            raise ScenarioError(f"{where(i)}: column 'arrival' is empty")
+    durations = _numbers(df, "duration", model.DEFAULT_DURATION, where)
+    timeouts = _numbers(df, "timeout", math.inf, where)
+    n = len(ids)
+    resources_col = df["resources"].tolist() if "resources" in df.columns else [""] * n
+    submitters = df["submitter"].tolist() if "submitter" in df.columns else [None] * n
+    fields = [(c[len(_PREFIX):], c, df[c].tolist(), _Decoder(c)) for c in df.columns if c.startswith(_PREFIX)]
+    decode_resources = _Decoder("resources")
+    out = []
+    for i in range(n):
+        at = lambda i=i: where(i)  # noqa: E731 -- formatted only for an error
+        resources = decode_resources(resources_col[i] or "", at)
         if resources in ("", None) or (isinstance(resources, float) and math.isnan(resources)):
             resources = {}
         if not isinstance(resources, dict):
-            raise ScenarioError(f"{where}: column 'resources' must be a JSON object, found {resources!r}")
+            raise ScenarioError(f"{where(i)}: column 'resources' must be a JSON object, found {resources!r}")
         task_fields = {}
-        for c in fields:
-            v = row[c]
+        for name, c, values, decode in fields:
+            v = values[i]
             if isinstance(v, float) and math.isnan(v):
-                raise ScenarioError(f"{where}: column '{c}' is empty")
-            task_fields[c[len(_PREFIX):]] = _decode(v, where, c)
-        sub = row.get("submitter")
+                raise ScenarioError(f"{where(i)}: column '{c}' is empty")
+            task_fields[name] = decode(v, at)
+        sub = submitters[i]
         out.append(TaskSpec(
-            id=tid, arrival=arrival,
-            duration=_number(row.get("duration"), where, "duration", model.DEFAULT_DURATION),
-            timeout=_number(row.get("timeout"), where, "timeout", math.inf),
+            id=ids[i], arrival=arrivals[i], duration=durations[i], timeout=timeouts[i],
             fields=task_fields, resources={k: float(v) for k, v in resources.items()},
             submitter="" if sub is None or (isinstance(sub, float) and math.isnan(sub)) else str(sub),
         ))
