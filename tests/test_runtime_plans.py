@@ -254,6 +254,17 @@ def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
     ray.get([f.result(timeout=60) for f in futures])
 
 
+def test_service_time_is_the_start_rate_between_the_first_and_last_waves():
+    from ray_adaptive.ray_experiment import _steady_service
+
+    # 4 executors serving 100 ms tasks; leases start late on two of them, and the burst ends unevenly
+    lags, counts = [0.0, 0.02, 0.15, 0.3], [7, 6, 6, 5]
+    starts = [lags[i] + k * 0.1 for i in range(4) for k in range(counts[i])]
+    assert _steady_service(starts, 4) == pytest.approx(0.1, rel=0.15)
+    assert _steady_service([0.1 * k for k in range(12)], 1) == pytest.approx(0.1)
+    assert _steady_service([0.1, 0.2, 0.3], 4) is None  # no middle: the caller falls back
+
+
 def test_the_experiment_on_ray_measures_goodput_fairness_and_estimates(ray_cluster, tmp_path):
     from ray_adaptive.ray_experiment import RayExperiment, plot_rows, run_sweep
 
