@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from ray_adaptive.errors import (
+    PlacementDeadlineExceeded,
     PolicyError,
     PolicyRuntimeError,
     RayAdaptiveError,
@@ -45,6 +46,7 @@ __all__ = [
     "PolicyRuntimeError",
     "ScenarioError",
     "ResourceError",
+    "PlacementDeadlineExceeded",
     *_DSL_EXPORTS,
     *_RESOURCE_EXPORTS,
     *_API_EXPORTS,

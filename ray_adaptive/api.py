@@ -24,6 +24,7 @@ backlog for the policy to order.
 
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class PolicyRuntime:
         lat = sorted(self.router.decision_latencies())
         pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0)
         return {"plan": self.plan.name, "architecture": self.plan.architecture, "submitted": s.submitted,
-                "dispatched": s.dispatched, "finished": s.finished, "pending": self.router.pending,
+                "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
+                "pending": self.router.pending,
                 "decision_p50_s": pct(0.5), "decision_p99_s": pct(0.99)}
 
     def export(self) -> dict:
@@ -260,24 +262,34 @@ class PolicyFunction:
     """A ``@ray.remote`` function whose placement a policy decides. Made by :func:`policy`."""
 
     def __init__(self, remote_fn, policy_name: str, task: Optional[Mapping[str, Any]] = None,
-                 options: Optional[Dict[str, Any]] = None):
+                 options: Optional[Dict[str, Any]] = None, deadline_s: float = math.inf):
         self._fn = remote_fn
         self._policy = policy_name
         self._task = dict(task or {})
         self._options = dict(options or {})
+        self._deadline_s = deadline_s
         self._bound: dict = {}
         self._bound_key: Optional[tuple] = None
 
-    def options(self, task: Optional[Mapping[str, Any]] = None, **ray_options) -> "PolicyFunction":
-        """Ray's own task options plus ``task=``, the policy's Task fields."""
+    def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
+                **ray_options) -> "PolicyFunction":
+        """Ray's own task options plus ``task=``, the policy's Task fields, and ``deadline_s``: a task
+        the policy has not placed that many seconds after submission is dropped without running
+        (its ``.remote()``, or its Future's ``result()``, raises
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded`), the overload behaviour of the
+        compiler's cluster model."""
         bad = [k for k in _PLACEMENT_OPTIONS if k in ray_options]
         if bad:
             raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the task itself")
         if task is not None and not isinstance(task, Mapping):
             raise TypeError(f"task= must be a dict of the policy's Task fields, got {task!r}")
+        if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float))
+                                       or not deadline_s > 0):
+            raise ValueError(f"deadline_s must be a number of seconds > 0, got {deadline_s!r}")
         self._fn.options(**ray_options)  # let Ray validate its own options now
         merged = {**self._options, **ray_options}
-        return PolicyFunction(self._fn, self._policy, {**self._task, **(task or {})}, merged)
+        return PolicyFunction(self._fn, self._policy, {**self._task, **(task or {})}, merged,
+                              self._deadline_s if deadline_s is None else float(deadline_s))
 
     def submit(self, *args, **kwargs) -> Future:
         """Queue the task; returns a Future of its ObjectRef (resolved when placed)."""
@@ -288,7 +300,7 @@ class PolicyFunction:
         def launch(node_id: str):
             return bound[node_id].remote(*args, **kwargs)
 
-        return rt.router.submit(dict(self._task), launch)
+        return rt.router.submit(dict(self._task), launch, self._deadline_s)
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> this function with its options and that node's slot, made once per

@@ -54,3 +54,7 @@ class ScenarioError(RayAdaptiveError):
 
 class ResourceError(RayAdaptiveError):
     """An ephemeral-resource operation was refused or failed (bad name, dead node, RPC error)."""
+
+
+class PlacementDeadlineExceeded(RayAdaptiveError, TimeoutError):
+    """A task with ``deadline_s`` was not placed in time: it was dropped and never ran."""

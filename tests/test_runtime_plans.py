@@ -83,6 +83,28 @@ def test_each_plan_runs_a_mixed_workload_exactly_once(drf, plan):
     assert len({node for _, node, _ in out}) == 4  # the policy spreads over every node
 
 
+@pytest.mark.parametrize("plan", ARCHITECTURES)
+def test_tasks_not_placed_by_their_deadline_are_dropped_and_give_their_room_back(drf, plan):
+    rt = drf(plan, queue=0)  # 4 slots
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    blockers = [fn.submit(i, 1.0) for i in range(4)]  # every slot busy for 1 s
+    late = [fn.options(deadline_s=0.3).submit(i) for i in range(4, 12)]
+    with pytest.raises(ra.PlacementDeadlineExceeded, match="past its deadline_s 0.3; dropped without running"):
+        fn.options(deadline_s=0.3).remote("never")
+    for f in late:
+        with pytest.raises(ra.PlacementDeadlineExceeded):
+            f.result(timeout=60)
+    after = [fn.submit(i) for i in range(12, 20)]  # the dropped tasks' room came back: these all run
+    assert [x for x, _, _ in ray.get([f.result(timeout=60) for f in blockers + after])] == [*range(4), *range(12, 20)]
+    deadline = time.monotonic() + 10
+    while rt.stats()["finished"] < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = rt.stats()
+    assert (s["submitted"], s["dispatched"], s["finished"], s["dropped"], s["pending"]) == (21, 12, 12, 9, 0), s
+    with pytest.raises(ValueError, match="deadline_s must be a number of seconds > 0, got -1"):
+        fn.options(deadline_s=-1)
+
+
 @pytest.mark.parametrize("plan", ["centralized", "hybrid"])
 def test_drf_lb_equalises_backlogged_tenants(drf, plan):
     drf(plan, queue=0)  # 4 slots, 4 tenants: DRF's equal shares are one slot each

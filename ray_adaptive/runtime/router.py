@@ -13,6 +13,7 @@ waits for our lock), which tells the decider, and so frees the slot.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.errors import PlacementDeadlineExceeded
 from ray_adaptive.monitor import Monitor, TaskRecord
 from ray_adaptive.runtime.scheduler import TaskState
 
@@ -35,6 +37,7 @@ class _Task:
     node: Optional[str] = None
     dispatched_at: float = 0.0
     launched: bool = False  # False if Ray refused the submission
+    deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
 
 
 @dataclass
@@ -42,6 +45,7 @@ class RouterStats:
     submitted: int = 0
     dispatched: int = 0
     finished: int = 0
+    dropped: int = 0  # placed after their deadline: never launched
 
 
 class Router:
@@ -77,13 +81,16 @@ class Router:
         return self.decider.now()
 
     # ---------------------------------------------------------------- submit
-    def submit(self, fields: dict, launch: Callable[[str], Any]) -> Future:
-        """Queue a task; the Future resolves to its ObjectRef once it is dispatched."""
+    def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf) -> Future:
+        """Queue a task; the Future resolves to its ObjectRef once it is dispatched (or raises
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` if placed more than ``deadline_s``
+        after now: it is dropped, as the compiler's cluster model drops a task not picked by its
+        deadline, and its room goes back to the scheduler unused)."""
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
             state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", self.now(), fields)
-            task = _Task(state, launch)
+            task = _Task(state, launch, deadline=state.arrival + deadline_s)
             self._tasks[state.id] = task
             self.stats.submitted += 1
             if self.monitor is not None:
@@ -95,10 +102,16 @@ class Router:
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
         now = self.now()
+        late: List[_Task] = []
         for state in decided:
             with self._cond:
                 task = self._tasks.get(state.id)
                 if task is None or task.future.done():  # cancelled by close()
+                    continue
+                if now > task.deadline:  # placed too late: dropped before it costs a launch and a slot
+                    del self._tasks[state.id]
+                    self.stats.dropped += 1
+                    late.append(task)
                     continue
                 task.node, task.dispatched_at = state.node, now
                 self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
@@ -113,6 +126,15 @@ class Router:
                 self.stats.dispatched += 1
             task.future.set_result(ref)
             ref.future().add_done_callback(lambda _f, t=task: self._done.put(t))
+        if late:
+            for task in late:
+                task.future.set_exception(PlacementDeadlineExceeded(
+                    f"task {task.state.id} of policy {self.policy.name!r} was placed "
+                    f"{now - task.state.arrival:.3f} s after submission, past its deadline_s "
+                    f"{task.deadline - task.state.arrival:g}; dropped without running"))
+            with self._cond:  # its room goes back, as a finish would give it
+                chosen = self.decider.finished([t.state.id for t in late])
+            self._launch(chosen)
 
     def _apply_completions(self, block: float) -> bool:
         """Take finished tasks off the queue (waiting up to ``block`` s for one), tell the decider,
