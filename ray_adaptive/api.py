@@ -274,10 +274,10 @@ class PolicyFunction:
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options) -> "PolicyFunction":
         """Ray's own task options plus ``task=``, the policy's Task fields, and ``deadline_s``: a task
-        the policy has not placed that many seconds after submission is dropped without running
-        (its ``.remote()``, or its Future's ``result()``, raises
-        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded`), the overload behaviour of the
-        compiler's cluster model."""
+        the policy places more than that many seconds after its submission is dropped instead of
+        launched (its ``.remote()``, or its Future's ``result()``, raises
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` at that placement; until then it
+        waits in the policy's queue), the overload behaviour of the compiler's cluster model."""
         bad = [k for k in _PLACEMENT_OPTIONS if k in ray_options]
         if bad:
             raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the task itself")

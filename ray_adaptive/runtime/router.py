@@ -82,10 +82,11 @@ class Router:
 
     # ---------------------------------------------------------------- submit
     def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf) -> Future:
-        """Queue a task; the Future resolves to its ObjectRef once it is dispatched (or raises
-        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` if placed more than ``deadline_s``
-        after now: it is dropped, as the compiler's cluster model drops a task not picked by its
-        deadline, and its room goes back to the scheduler unused)."""
+        """Queue a task; the Future resolves to its ObjectRef once it is dispatched, or raises
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` once it is placed, if that is more
+        than ``deadline_s`` after now: it is dropped, as the compiler's cluster model drops a task
+        not picked by its deadline, and its room goes back to the scheduler unused. (The drop
+        happens at placement: a scheduler owns its queue, wherever it runs.)"""
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
