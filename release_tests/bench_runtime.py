@@ -31,6 +31,29 @@ import time
 VEC = [0.1, 0.2, 0.1]
 
 
+def _within(seconds: float, loop, runtime):
+    """``loop()``'s result; if it is still running after ``seconds``, print what a hang needs
+    (every thread's stack, the runtime's counts and queues) and exit 3 instead of hanging."""
+    import faulthandler
+    import os
+    import sys
+    import threading
+
+    box = []
+    thread = threading.Thread(target=lambda: box.append(loop()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not thread.is_alive():
+        return box[0]
+    print(f"HUNG: a submission loop ran over {seconds:g} s; every thread's stack:", flush=True)
+    faulthandler.dump_traceback(file=sys.stdout, all_threads=True)  # first: it takes no lock
+    router = runtime().router  # (read without its locks: one of them may be what hangs)
+    print(f"runtime: {router.stats}; tasks in the router {len(router._tasks)}, undecided "
+          f"{sum(t.node is None for t in list(router._tasks.values()))}, completions queued {router._done.qsize()}",
+          flush=True)
+    os._exit(3)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true", help="few tasks, 1 repeat")
@@ -38,6 +61,9 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=2, help="per-node queue of the cluster model (slots = CPUs + queue)")
     ap.add_argument("--policies", default="least_loaded,drf_lb")
     ap.add_argument("--plans", default="decentralized,centralized,hybrid")
+    ap.add_argument("--hang-after-s", type=float, default=120.0,
+                    help="a submission loop still running after this long is reported (every thread's stack, "
+                         "the runtime's counts and queues) and the benchmark exits with status 3")
     args = ap.parse_args()
     tasks, repeats = (300, 1) if args.smoke_test else (2000, 5)
 
@@ -89,9 +115,10 @@ def main() -> None:
         fn = ra.policy(policy)(noop).options(task=fields) if fields else ra.policy(policy)(noop)
         start = time.perf_counter()
         if how == "remote":
-            refs = [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
+            submit = lambda: [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
         else:
-            refs = [f.result() for f in [fn.submit(i) for i in range(tasks)]]
+            submit = lambda: [f.result() for f in [fn.submit(i) for i in range(tasks)]]
+        refs = _within(args.hang_after_s, submit, lambda: ra.runtime_of(policy))
         ray.get(refs)
         return tasks / (time.perf_counter() - start)
 
