@@ -6,17 +6,17 @@ the launch path) or the selector actor's client (centralized and hybrid:
 tasks and finishes go in batches) -- and launches each decided task itself,
 with its node's slot resource, so the caller owns every result, as with
 plain Ray. A completion (``ObjectRef.future()`` callback) is handed to the
-dispatcher thread through a lock-free queue (Ray's callback thread never
-waits for our lock), which tells the decider, and so frees the slot.
+dispatcher thread through a small queue of its own (Ray's callback thread
+never waits for the router's lock), which tells the decider, and so frees the slot.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -38,6 +38,35 @@ class _Task:
     dispatched_at: float = 0.0
     launched: bool = False  # False if Ray refused the submission
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
+
+
+class _Finished:
+    """Finished tasks on their way from Ray's callback thread to whoever applies them (the dispatcher
+    thread, or a caller waiting for a local decision): ``put`` never waits for the router's lock,
+    ``take`` waits up to a timeout and takes everything there. A deque under its own Condition, not
+    ``queue.SimpleQueue``: with two threads in ``SimpleQueue.get(timeout=...)`` both were seen
+    to stay there for good (CPython 3.11), with nothing outstanding -- a ``.remote()`` loop hung."""
+
+    def __init__(self):
+        self._items: deque = deque()
+        self._cond = threading.Condition(threading.Lock())
+
+    def put(self, task: "_Task") -> None:
+        with self._cond:
+            self._items.append(task)
+            self._cond.notify()
+
+    def take(self, timeout: float) -> list:
+        with self._cond:
+            if not self._items:
+                self._cond.wait(timeout)
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def qsize(self) -> int:
+        with self._cond:
+            return len(self._items)
 
 
 @dataclass
@@ -71,7 +100,7 @@ class Router:
         self._per_node: Dict[str, int] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition()
-        self._done: "queue.SimpleQueue[_Task]" = queue.SimpleQueue()
+        self._done = _Finished()
         self._closed = False
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
@@ -140,15 +169,9 @@ class Router:
     def _apply_completions(self, block: float) -> bool:
         """Take finished tasks off the queue (waiting up to ``block`` s for one), tell the decider,
         and launch what that made room for. False if none came."""
-        try:
-            finished = [self._done.get(timeout=block)]
-        except queue.Empty:
+        finished = self._done.take(timeout=block)
+        if not finished:
             return False
-        while True:
-            try:
-                finished.append(self._done.get_nowait())
-            except queue.Empty:
-                break
         with self._cond:
             now = self.now()
             for task in finished:
@@ -166,9 +189,7 @@ class Router:
     def wait(self, future: Future):
         """The ObjectRef of a submitted task, once placed. Waiting for a local decision, the
         caller applies completions itself: one thread hand-off per task instead of two.
-        (A remote decision arrives on the selector client's thread: the caller just waits;
-        a second consumer of the completion queue there was seen to hang the caller's
-        ``SimpleQueue.get(timeout=...)`` with the future already done.)"""
+        (A remote decision arrives on the selector client's thread: the caller just waits.)"""
         if self.decider.remote:
             return future.result()
         while not future.done():
