@@ -94,20 +94,9 @@ def write_trace(path: "str | Path", tasks: Iterable[Union[Task, TaskSpec]], plac
             raise ScenarioError(f"{path}: writing Parquet needs pyarrow (pip install pyarrow): {err}") from None
 
 
-def _decode(v, where: str, column: str):
-    if isinstance(v, str) and v[:1] in ("[", "{"):
-        try:
-            return json.loads(v)
-        except json.JSONDecodeError as err:
-            raise ScenarioError(f"{where}: column '{column}': invalid JSON {v[:40]!r}: {err.msg}") from None
-    if hasattr(v, "item"):  # numpy scalars from pandas
-        return v.item()
-    return v
-
-
 class _Decoder:
-    """:func:`_decode` for one column, each distinct text parsed once (a trace repeats a few values over
-    many rows); each row still gets its own list or dict."""
+    """One column's cells as values: JSON texts parsed (each distinct text once: a trace repeats a few
+    values over many rows; each row still gets its own list or dict), numpy scalars made Python ones."""
 
     def __init__(self, column: str):
         self.column = column
@@ -118,7 +107,10 @@ class _Decoder:
             return v.item() if hasattr(v, "item") else v  # (numpy scalars from pandas)
         hit = self._seen.get(v)
         if hit is None:
-            value = _decode(v, where(), self.column)
+            try:
+                value = json.loads(v)
+            except json.JSONDecodeError as err:
+                raise ScenarioError(f"{where()}: column '{self.column}': invalid JSON {v[:40]!r}: {err.msg}") from None
             items = value.values() if isinstance(value, dict) else value
             hit = self._seen[v] = (value, not any(isinstance(x, (list, dict)) for x in items))
         value, flat = hit
