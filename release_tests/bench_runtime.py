@@ -49,7 +49,7 @@ def _within(seconds: float, loop, runtime):
     faulthandler.dump_traceback(file=sys.stdout, all_threads=True)  # first: it takes no lock
     router = runtime().router  # (read without its locks: one of them may be what hangs)
     print(f"runtime: {router.stats}; tasks in the router {len(router._tasks)}, undecided "
-          f"{sum(t.node is None for t in list(router._tasks.values()))}, completions queued {router._done.qsize()}",
+          f"{sum(t.node is None for t in list(router._tasks.values()))}, launched, not harvested {len(router._launched)}",
           flush=True)
     os._exit(3)
 

@@ -216,3 +216,54 @@ def test_a_refused_submission_reaches_the_caller_and_frees_its_slot(running):
     while sum(rt.router.outstanding().values()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sum(rt.router.outstanding().values()) == 0 and rt.stats()["finished"] == 1
+
+
+def test_results_stay_on_the_node_that_made_them(running, ray_cluster):
+    """Completions are seen without fetching: the submitting process pulls a result only
+    when someone fetches it, as with plain Ray."""
+    rt = running("round_robin", queue=2)
+
+    @ra.policy("round_robin")
+    @ray.remote(num_cpus=1)
+    def big(i):
+        return bytes(2 << 20)  # 2 MiB: stored in the node's object store, not inlined
+
+    refs = [big.remote(i) for i in range(8)]  # round robin: 2 per node
+    deadline = time.monotonic() + 30
+    while rt.stats()["finished"] < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rt.stats()["finished"] == 8
+    driver = ray.get_runtime_context().get_node_id()
+    where_ = ray.experimental.get_object_locations(refs)
+    holders = [tuple(where_[r]["node_ids"]) for r in refs]
+    assert all(len(h) == 1 for h in holders), holders
+    assert collections.Counter(h[0] for h in holders) == {n: 2 for n in ray_cluster.node_ids}
+    assert all(len(x) == 2 << 20 for x in ray.get(refs))
+
+
+def test_callers_in_several_threads_each_get_their_own_results_once(running):
+    """With no room left, every waiting caller harvests completions itself; a finish is
+    applied once whichever thread sees it first."""
+    import threading
+
+    rt = running("least_loaded", queue=0)  # 8 slots for 4 x 150 tasks: callers wait for room
+    fn = ra.policy("least_loaded")(where)
+    out: dict = {}
+
+    def caller(k):
+        out[k] = ray.get([fn.remote((k, i)) for i in range(150)])
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    for k in range(4):
+        assert [x for x, _, _ in out[k]] == [(k, i) for i in range(150)]
+    deadline = time.monotonic() + 10
+    while rt.stats()["finished"] < 600 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s = rt.stats()
+    assert (s["submitted"], s["dispatched"], s["finished"], s["pending"]) == (600, 600, 600, 0)
+    assert rt.router.outstanding() == {}

@@ -72,31 +72,3 @@ def test_a_backlog_scores_one_row_per_group():
     assert len(rows) == 3 and [t.arrival for t in rows] == sorted(t.arrival for t in rows)
     assert len(sched.decide(0.0)) == 12 and sched.pending == 2988
 
-
-def test_finished_tasks_reach_two_consumers_exactly_once_and_takes_time_out():
-    """The router's completion queue: Ray's callback thread puts, the dispatcher thread and a waiting
-    caller both take with a timeout (two threads in SimpleQueue.get(timeout=...) once stayed there
-    for good). Every item arrives once, and an empty take returns after its timeout."""
-    import threading
-    import time
-
-    from ray_adaptive.runtime.router import _Finished
-
-    q, got, stop = _Finished(), [], threading.Event()
-
-    def consume():
-        while not stop.is_set() or q.qsize():
-            got.extend(q.take(timeout=0.001))
-
-    consumers = [threading.Thread(target=consume) for _ in range(2)]
-    for c in consumers:
-        c.start()
-    for i in range(20_000):
-        q.put(i)
-    stop.set()
-    for c in consumers:
-        c.join(timeout=10)
-    assert not any(c.is_alive() for c in consumers)
-    assert sorted(got) == list(range(20_000))
-    start = time.monotonic()
-    assert q.take(timeout=0.05) == [] and time.monotonic() - start < 5

@@ -5,9 +5,16 @@ this process (decentralized plans: the decision is made here, no actor in
 the launch path) or the selector actor's client (centralized and hybrid:
 tasks and finishes go in batches) -- and launches each decided task itself,
 with its node's slot resource, so the caller owns every result, as with
-plain Ray. A completion (``ObjectRef.future()`` callback) is handed to the
-dispatcher thread through a small queue of its own (Ray's callback thread
-never waits for the router's lock), which tells the decider, and so frees the slot.
+plain Ray.
+
+Completions are *harvested*: one ``ray.wait(..., fetch_local=False)`` over
+every launched task finds all that finished since the last look, by
+whichever thread needs them -- a caller waiting for room, a caller whose
+view is older than ``FRESH_S``, or the dispatcher thread. Not a callback per
+task (``ObjectRef.future()``): that woke a thread per completion, took the
+GIL from Ray's io thread for each, and pulled every result into this
+process; here results stay on the nodes that made them until someone
+fetches them.
 """
 
 from __future__ import annotations
@@ -16,8 +23,8 @@ import itertools
 import math
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
@@ -40,35 +47,6 @@ class _Task:
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
 
 
-class _Finished:
-    """Finished tasks on their way from Ray's callback thread to whoever applies them (the dispatcher
-    thread, or a caller waiting for a local decision): ``put`` never waits for the router's lock,
-    ``take`` waits up to a timeout and takes everything there. A deque under its own Condition, not
-    ``queue.SimpleQueue``: with two threads in ``SimpleQueue.get(timeout=...)`` both were seen
-    to stay there for good (CPython 3.11), with nothing outstanding -- a ``.remote()`` loop hung."""
-
-    def __init__(self):
-        self._items: deque = deque()
-        self._cond = threading.Condition(threading.Lock())
-
-    def put(self, task: "_Task") -> None:
-        with self._cond:
-            self._items.append(task)
-            self._cond.notify()
-
-    def take(self, timeout: float) -> list:
-        with self._cond:
-            if not self._items:
-                self._cond.wait(timeout)
-            items = list(self._items)
-            self._items.clear()
-            return items
-
-    def qsize(self) -> int:
-        with self._cond:
-            return len(self._items)
-
-
 @dataclass
 class RouterStats:
     submitted: int = 0
@@ -82,6 +60,8 @@ class Router:
 
     NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes
     TICK_S = 0.005  # how often a waiting local decider looks at heartbeats
+    FRESH_S = 0.002  # a decision sees every completion older than this: older views are harvested first
+    IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
 
     def __init__(self, policy: Policy, decider, *, alive_nodes: Optional[Callable[[], set]] = None,
                  on_dead: Optional[Callable[[str], None]] = None, monitor: Optional[Monitor] = None,
@@ -97,10 +77,12 @@ class Router:
         self._next_node_check = time.monotonic() + self.NODE_CHECK_S
         self._dead: set = set()
         self._tasks: Dict[str, _Task] = {}  # submitted, not finished
+        self._launched: Dict[Any, _Task] = {}  # ObjectRef -> its task, in launch order, until harvested
         self._per_node: Dict[str, int] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition()
-        self._done = _Finished()
+        self._harvested_at = time.monotonic()
+        self._waiters = 0  # callers in wait(): they harvest, the dispatcher thread need not
         self._closed = False
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
@@ -116,6 +98,8 @@ class Router:
         than ``deadline_s`` after now: it is dropped, as the compiler's cluster model drops a task
         not picked by its deadline, and its room goes back to the scheduler unused. (The drop
         happens at placement: a scheduler owns its queue, wherever it runs.)"""
+        if time.monotonic() - self._harvested_at > self.FRESH_S:
+            self._harvest(block=0.0)
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
@@ -126,13 +110,14 @@ class Router:
             if self.monitor is not None:
                 self.monitor.arrived(state.arrival, fields)
             chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
+            self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
         self._launch(chosen)
         return task.future
 
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
         now = self.now()
-        late: List[_Task] = []
+        gone: List[tuple] = []  # (task, error): never launched -- placed too late, or refused by Ray
         for state in decided:
             with self._cond:
                 task = self._tasks.get(state.id)
@@ -141,59 +126,87 @@ class Router:
                 if now > task.deadline:  # placed too late: dropped before it costs a launch and a slot
                     del self._tasks[state.id]
                     self.stats.dropped += 1
-                    late.append(task)
+                    gone.append((task, PlacementDeadlineExceeded(
+                        f"task {state.id} of policy {self.policy.name!r} was placed "
+                        f"{now - state.arrival:.3f} s after submission, past its deadline_s "
+                        f"{task.deadline - state.arrival:g}; dropped without running")))
                     continue
                 task.node, task.dispatched_at = state.node, now
-                self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
             try:
                 ref = task.launch(state.node)
             except BaseException as err:  # a bad argument or option: the caller gets the error
-                self._done.put(task)
-                task.future.set_exception(err)
+                with self._cond:
+                    self._tasks.pop(state.id, None)
+                gone.append((task, err))
                 continue
             task.launched = True
             with self._cond:
                 self.stats.dispatched += 1
+                self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
+                self._launched[ref] = task
             task.future.set_result(ref)
-            ref.future().add_done_callback(lambda _f, t=task: self._done.put(t))
-        if late:
-            for task in late:
-                task.future.set_exception(PlacementDeadlineExceeded(
-                    f"task {task.state.id} of policy {self.policy.name!r} was placed "
-                    f"{now - task.state.arrival:.3f} s after submission, past its deadline_s "
-                    f"{task.deadline - task.state.arrival:g}; dropped without running"))
-            with self._cond:  # its room goes back, as a finish would give it
-                chosen = self.decider.finished([t.state.id for t in late])
+        if gone:
+            for task, err in gone:
+                task.future.set_exception(err)
+            with self._cond:  # their room goes back, as a finish would give it
+                chosen = self.decider.finished([t.state.id for t, _ in gone])
             self._launch(chosen)
 
-    def _apply_completions(self, block: float) -> bool:
-        """Take finished tasks off the queue (waiting up to ``block`` s for one), tell the decider,
-        and launch what that made room for. False if none came."""
-        finished = self._done.take(timeout=block)
-        if not finished:
+    def _harvest(self, block: float) -> bool:
+        """Apply every launched task that has finished -- waiting up to ``block`` s for one if none
+        has -- and launch what that made room for. False if none had. Any thread may harvest; a
+        finish is applied once, by the thread that takes it out of ``_launched``."""
+        import ray
+
+        with self._cond:
+            refs = list(self._launched)
+        self._harvested_at = time.monotonic()
+        if not refs:
+            if block:
+                time.sleep(block)
+            return False
+        # waiting, wake once a quarter of what runs here has finished (or ``block`` is up): room
+        # comes in batches, launched back to back, not a wake-up and a launch per finish
+        want = max(1, len(refs) // 4) if block else len(refs)
+        ready, _ = ray.wait(refs, num_returns=want, timeout=block, fetch_local=False)
+        if want < len(refs) and len(ready) == want:  # more may have finished meanwhile
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        if not ready:
             return False
         with self._cond:
             now = self.now()
+            finished = [t for t in (self._launched.pop(r, None) for r in ready) if t is not None]
             for task in finished:
                 self._tasks.pop(task.state.id, None)
                 self._per_node[task.node] -= 1
-                if task.launched:  # else Ray refused it: the caller has the error
-                    self.stats.finished += 1
-                    if self.monitor is not None:
-                        self.monitor.finished(TaskRecord(task.state.id, task.state.arrival, task.dispatched_at, now,
-                                                         task.node, task.state.fields))
-            chosen = self.decider.finished([t.state.id for t in finished])
+                self.stats.finished += 1
+                if self.monitor is not None:
+                    self.monitor.finished(TaskRecord(task.state.id, task.state.arrival, task.dispatched_at, now,
+                                                     task.node, task.state.fields))
+            chosen = self.decider.finished([t.state.id for t in finished]) if finished else []
         self._launch(chosen)
-        return True
+        return bool(finished)
 
     def wait(self, future: Future):
-        """The ObjectRef of a submitted task, once placed. Waiting for a local decision, the
-        caller applies completions itself: one thread hand-off per task instead of two.
+        """The ObjectRef of a submitted task, once placed. Waiting for a local decision (no room
+        yet), the caller harvests completions itself: room is seen the moment it is made.
         (A remote decision arrives on the selector client's thread: the caller just waits.)"""
-        if self.decider.remote:
+        if self.decider.remote or future.done():
             return future.result()
-        while not future.done():
-            self._apply_completions(block=0.005)
+        with self._cond:
+            self._waiters += 1
+        try:
+            while not future.done():
+                if self._launched:
+                    self._harvest(block=self.TICK_S)
+                    continue
+                try:  # nothing of ours runs: the room must come from elsewhere (a heartbeat)
+                    return future.result(timeout=self.TICK_S)
+                except FutureTimeout:
+                    pass
+        finally:
+            with self._cond:
+                self._waiters -= 1
         return future.result()
 
     def check_nodes(self) -> List[str]:
@@ -211,10 +224,23 @@ class Router:
         return dead
 
     def _run(self) -> None:
-        """The dispatcher thread: completions while no caller waits in :meth:`wait`; heartbeats of a
-        waiting local decider; every NODE_CHECK_S, dead nodes."""
+        """The dispatcher thread: completions while tasks wait here or the last harvest is stale;
+        heartbeats of a waiting local decider; every NODE_CHECK_S, dead nodes."""
         while True:
-            self._apply_completions(block=self.TICK_S)
+            with self._cond:
+                waiting = self.decider.pending > 0 and not self._waiters
+            if waiting:  # tasks wait for room and no caller looks for it: see it the moment it is made
+                self._harvest(block=self.TICK_S)
+            elif self._launched:  # a submitting caller harvests as it needs; else, every TICK_S
+                stale = self._harvested_at + self.TICK_S - time.monotonic()
+                if stale > 0:
+                    time.sleep(stale)  # a submitting caller harvests meanwhile, as it needs
+                else:
+                    self._harvest(block=0.0)
+            else:
+                with self._cond:
+                    if not self._closed and not self.decider.pending:
+                        self._cond.wait(self.IDLE_S)
             with self._cond:
                 chosen = self.decider.tick() if not self._closed else []
             self._launch(chosen)
@@ -256,6 +282,7 @@ class Router:
         and wait up to ``timeout`` seconds for dispatched tasks to finish."""
         with self._cond:
             self._closed = True
+            self._cond.notify_all()
             left = [t.future for t in self._tasks.values() if t.node is None]
             for f in left:
                 f.cancel()
