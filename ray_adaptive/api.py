@@ -200,8 +200,10 @@ def _runtime(p: Policy, plan, why: str, topology, group_by, metrics_every_s, bin
             if hosts:
                 binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
 
+    # a caller waiting for room wakes after this many finishes: before a node's queue can run dry
+    wake_after = max(1, min(n["queue"] for n in topology.nodes) // 2)
     router = Router(p, topology.decider(), alive_nodes=_alive_node_ids, on_dead=on_dead,
-                    monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s)
+                    monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s, wake_after=wake_after)
     return PolicyRuntime(p, plan, why, router, topology, binding)
 
 
@@ -293,6 +295,11 @@ class PolicyFunction:
 
     def submit(self, *args, **kwargs) -> Future:
         """Queue the task; returns a Future of its ObjectRef (resolved when placed)."""
+        return self._route(args, kwargs, wait=False)
+
+    def _route(self, args, kwargs, wait: bool):
+        """Hand this call to the policy's router (its fields checked first): the ObjectRef once
+        placed (``wait``), else a Future of it."""
         rt = runtime_of(self._policy)
         _check_fields(rt.policy.task_fields, self._task, f"task for policy {self._policy!r}", "task")
         bound = self._bound_per_node(rt)
@@ -300,7 +307,8 @@ class PolicyFunction:
         def launch(node_id: str):
             return bound[node_id].remote(*args, **kwargs)
 
-        return rt.router.submit(dict(self._task), launch, self._deadline_s)
+        route = rt.router.call if wait else rt.router.submit
+        return route(dict(self._task), launch, self._deadline_s)
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> this function with its options and that node's slot, made once per
@@ -317,7 +325,7 @@ class PolicyFunction:
 
     def remote(self, *args, **kwargs):
         """Submit and return the task's ``ray.ObjectRef`` once the policy has placed it."""
-        return runtime_of(self._policy).router.wait(self.submit(*args, **kwargs))
+        return self._route(args, kwargs, wait=True)
 
     def __call__(self, *args, **kwargs):
         raise TypeError("a policy-decorated remote function is called with .remote(...), as with Ray")

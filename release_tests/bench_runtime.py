@@ -13,7 +13,8 @@ repeats). Also the decision latency p50/p99 of the deciding scheduler.
 A second baseline, *gated plain Ray*, is the cheapest dispatcher that keeps
 the cluster model's bounded node queues: plain tasks bound to the nodes'
 slots, at most ``executors + queue`` outstanding per node, the next one
-launched from a completion callback, no policy at all. Ray's owner returns
+launched as completions free room (seen as the router sees them: one
+``ray.wait`` over what runs), no policy at all, in the caller's thread. Ray's owner returns
 a leased worker the moment its queue of that task shape is empty
 (``NormalTaskSubmitter::OnWorkerIdle``), so shallow node queues pay a new
 lease (and a spillback) for many tasks whatever decides them: this is the
@@ -82,31 +83,26 @@ def main() -> None:
         return tasks / (time.perf_counter() - start)
 
     def gated(slots: dict, depth: int) -> float:
-        """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy."""
-        import threading
-
+        """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
+        room, one ``ray.wait`` over what runs waits for a quarter of it to finish, as the router does."""
         bound = [noop.options(resources={slot: 1}) for slot in slots.values()]
         room = [depth] * len(bound)
-        cond = threading.Condition()
-
-        def freed(i):
-            with cond:
-                room[i] += 1
-                cond.notify()
-
+        running: dict = {}  # ObjectRef -> node index
         refs, k = [], 0
         start = time.perf_counter()
         for t in range(tasks):
-            with cond:
-                while not any(room):
-                    cond.wait()
-                while not room[k % len(bound)]:
-                    k += 1
-                i = k % len(bound)
-                room[i] -= 1
+            while not any(room):
+                ready, _ = ray.wait(list(running), num_returns=max(1, len(running) // 4), timeout=0.005,
+                                    fetch_local=False)
+                for r in ready:
+                    room[running.pop(r)] += 1
+            while not room[k % len(bound)]:
                 k += 1
+            i = k % len(bound)
+            room[i] -= 1
+            k += 1
             ref = bound[i].remote(t)
-            ref.future().add_done_callback(lambda _f, i=i: freed(i))
+            running[ref] = i
             refs.append(ref)
         ray.get(refs)
         return tasks / (time.perf_counter() - start)

@@ -24,8 +24,8 @@ import math
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from ray_adaptive.dsl.ir import Policy
@@ -40,11 +40,22 @@ class _Task:
 
     state: TaskState
     launch: Callable[[str], Any]  # node id -> ObjectRef of the task submitted there
-    future: Future = field(default_factory=Future)
+    deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
+    future: Optional[Future] = None  # for :meth:`Router.submit`; a ``.remote()`` caller reads ref/error
     node: Optional[str] = None
     dispatched_at: float = 0.0
     launched: bool = False  # False if Ray refused the submission
-    deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
+    ref: Any = None  # its ObjectRef, once launched
+    error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
+
+    @property
+    def settled(self) -> bool:
+        return self.ref is not None or self.error is not None
+
+    def result(self):
+        if self.error is not None:
+            raise self.error
+        return self.ref
 
 
 @dataclass
@@ -65,7 +76,7 @@ class Router:
 
     def __init__(self, policy: Policy, decider, *, alive_nodes: Optional[Callable[[], set]] = None,
                  on_dead: Optional[Callable[[str], None]] = None, monitor: Optional[Monitor] = None,
-                 metrics_every_s: Optional[float] = None):
+                 metrics_every_s: Optional[float] = None, wake_after: int = 1):
         self.policy = policy
         self.decider = decider
         self.stats = RouterStats()
@@ -73,6 +84,7 @@ class Router:
         self._alive_nodes = alive_nodes
         self._on_dead = on_dead
         self._metrics_every = metrics_every_s
+        self.wake_after = wake_after
         self._next_metrics = time.monotonic() + (metrics_every_s or 0.0)
         self._next_node_check = time.monotonic() + self.NODE_CHECK_S
         self._dead: set = set()
@@ -98,13 +110,41 @@ class Router:
         than ``deadline_s`` after now: it is dropped, as the compiler's cluster model drops a task
         not picked by its deadline, and its room goes back to the scheduler unused. (The drop
         happens at placement: a scheduler owns its queue, wherever it runs.)"""
+        return self._enqueue(fields, launch, deadline_s, Future()).future
+
+    def call(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf):
+        """:meth:`submit`, then wait for the ObjectRef (``.remote()``). A decision made in this
+        thread returns the ref at once, with no Future; waiting for a local decision, the caller
+        harvests completions itself, so room is seen the moment it is made."""
+        task = self._enqueue(fields, launch, deadline_s, Future() if self.decider.remote else None)
+        if task.settled:
+            return task.result()
+        if task.future is not None and self.decider.remote:  # decided by the selector: just wait
+            return task.future.result()
+        with self._cond:
+            self._waiters += 1
+        try:
+            while not task.settled:
+                if self._launched:
+                    self._harvest(block=self.TICK_S)
+                    continue
+                with self._cond:  # nothing of ours runs: room must come from elsewhere (a heartbeat)
+                    if not task.settled:
+                        self._cond.wait(self.TICK_S)
+        finally:
+            with self._cond:
+                self._waiters -= 1
+        return task.result()
+
+    def _enqueue(self, fields: dict, launch: Callable[[str], Any], deadline_s: float,
+                 future: Optional[Future]) -> _Task:
         if time.monotonic() - self._harvested_at > self.FRESH_S:
             self._harvest(block=0.0)
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
             state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", self.now(), fields)
-            task = _Task(state, launch, deadline=state.arrival + deadline_s)
+            task = _Task(state, launch, state.arrival + deadline_s, future)
             self._tasks[state.id] = task
             self.stats.submitted += 1
             if self.monitor is not None:
@@ -112,24 +152,25 @@ class Router:
             chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
             self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
         self._launch(chosen)
-        return task.future
+        return task
 
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
         now = self.now()
-        gone: List[tuple] = []  # (task, error): never launched -- placed too late, or refused by Ray
+        gone: List[_Task] = []  # never launched: placed too late, or refused by Ray
         for state in decided:
             with self._cond:
                 task = self._tasks.get(state.id)
-                if task is None or task.future.done():  # cancelled by close()
+                if task is None or task.error is not None:  # cancelled by close()
                     continue
                 if now > task.deadline:  # placed too late: dropped before it costs a launch and a slot
                     del self._tasks[state.id]
                     self.stats.dropped += 1
-                    gone.append((task, PlacementDeadlineExceeded(
+                    task.error = PlacementDeadlineExceeded(
                         f"task {state.id} of policy {self.policy.name!r} was placed "
                         f"{now - state.arrival:.3f} s after submission, past its deadline_s "
-                        f"{task.deadline - state.arrival:g}; dropped without running")))
+                        f"{task.deadline - state.arrival:g}; dropped without running")
+                    gone.append(task)
                     continue
                 task.node, task.dispatched_at = state.node, now
             try:
@@ -137,19 +178,26 @@ class Router:
             except BaseException as err:  # a bad argument or option: the caller gets the error
                 with self._cond:
                     self._tasks.pop(state.id, None)
-                gone.append((task, err))
+                    task.error = err
+                gone.append(task)
                 continue
-            task.launched = True
             with self._cond:
+                task.launched, task.ref = True, ref
                 self.stats.dispatched += 1
                 self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
                 self._launched[ref] = task
-            task.future.set_result(ref)
+                if self._waiters:
+                    self._cond.notify_all()
+            if task.future is not None:
+                task.future.set_result(ref)
         if gone:
-            for task, err in gone:
-                task.future.set_exception(err)
+            for task in gone:
+                if task.future is not None:
+                    task.future.set_exception(task.error)
             with self._cond:  # their room goes back, as a finish would give it
-                chosen = self.decider.finished([t.state.id for t, _ in gone])
+                if self._waiters:
+                    self._cond.notify_all()
+                chosen = self.decider.finished([t.state.id for t in gone])
             self._launch(chosen)
 
     def _harvest(self, block: float) -> bool:
@@ -165,9 +213,10 @@ class Router:
             if block:
                 time.sleep(block)
             return False
-        # waiting, wake once a quarter of what runs here has finished (or ``block`` is up): room
-        # comes in batches, launched back to back, not a wake-up and a launch per finish
-        want = max(1, len(refs) // 4) if block else len(refs)
+        # waiting, wake after ``wake_after`` finishes (or when ``block`` is up): room comes in batches,
+        # launched back to back, not a wake-up and a launch per finish -- but batches smaller than
+        # the node queues, so that Ray never finds one empty and returns its leased worker
+        want = min(self.wake_after, len(refs)) if block else len(refs)
         ready, _ = ray.wait(refs, num_returns=want, timeout=block, fetch_local=False)
         if want < len(refs) and len(ready) == want:  # more may have finished meanwhile
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
@@ -186,28 +235,6 @@ class Router:
             chosen = self.decider.finished([t.state.id for t in finished]) if finished else []
         self._launch(chosen)
         return bool(finished)
-
-    def wait(self, future: Future):
-        """The ObjectRef of a submitted task, once placed. Waiting for a local decision (no room
-        yet), the caller harvests completions itself: room is seen the moment it is made.
-        (A remote decision arrives on the selector client's thread: the caller just waits.)"""
-        if self.decider.remote or future.done():
-            return future.result()
-        with self._cond:
-            self._waiters += 1
-        try:
-            while not future.done():
-                if self._launched:
-                    self._harvest(block=self.TICK_S)
-                    continue
-                try:  # nothing of ours runs: the room must come from elsewhere (a heartbeat)
-                    return future.result(timeout=self.TICK_S)
-                except FutureTimeout:
-                    pass
-        finally:
-            with self._cond:
-                self._waiters -= 1
-        return future.result()
 
     def check_nodes(self) -> List[str]:
         """Stop deciding for nodes that died (``on_dead`` then moves their slots). Returns the newly dead."""
@@ -277,15 +304,20 @@ class Router:
         with self._cond:
             return self.decider.export()
 
-    def close(self, timeout: float = 60.0) -> List[Future]:
-        """Stop dispatching, cancel what is still undecided (returning those futures),
-        and wait up to ``timeout`` seconds for dispatched tasks to finish."""
+    def close(self, timeout: float = 60.0) -> int:
+        """Stop dispatching, cancel what is still undecided (its Future is cancelled, its
+        ``.remote()`` raises CancelledError), and wait up to ``timeout`` seconds for dispatched
+        tasks to finish. Returns how many were cancelled."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            left = [t.future for t in self._tasks.values() if t.node is None]
-            for f in left:
-                f.cancel()
+            left = [t for t in self._tasks.values() if t.node is None]
+            for t in left:
+                t.error = CancelledError(f"the runtime of policy {self.policy.name!r} was shut down "
+                                         f"before task {t.state.id} was placed")
+        for t in left:
+            if t.future is not None:
+                t.future.cancel()
         self._thread.join(timeout=timeout)
         with self._cond:  # decided after the cancel, never launched: free their room in the decider
             freed: set = set()  # (freeing room may decide more cancelled tasks: free those too)
@@ -297,4 +329,4 @@ class Router:
                 freed.update(ids)
                 self.decider.finished(ids)
         self.decider.close()
-        return left
+        return len(left)
