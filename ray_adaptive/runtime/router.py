@@ -71,7 +71,7 @@ class Router:
 
     NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes
     TICK_S = 0.005  # how often a waiting local decider looks at heartbeats
-    FRESH_S = 0.002  # a decision sees every completion older than this: older views are harvested first
+    FRESH_S = 0.005  # a decision sees every completion older than this: older views are harvested first
     IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
 
     def __init__(self, policy: Policy, decider, *, alive_nodes: Optional[Callable[[], set]] = None,
