@@ -276,10 +276,10 @@ class PolicyFunction:
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options) -> "PolicyFunction":
         """Ray's own task options plus ``task=``, the policy's Task fields, and ``deadline_s``: a task
-        the policy places more than that many seconds after its submission is dropped instead of
+        the policy has not placed that many seconds after its submission is dropped, never
         launched (its ``.remote()``, or its Future's ``result()``, raises
-        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` at that placement; until then it
-        waits in the policy's queue), the overload behaviour of the compiler's cluster model."""
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` at the deadline), the overload
+        behaviour of the compiler's cluster model."""
         bad = [k for k in _PLACEMENT_OPTIONS if k in ray_options]
         if bad:
             raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the task itself")

@@ -87,10 +87,12 @@ def test_each_plan_runs_a_mixed_workload_exactly_once(drf, plan):
 def test_tasks_not_placed_by_their_deadline_are_dropped_and_give_their_room_back(drf, plan):
     rt = drf(plan, queue=0)  # 4 slots
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
-    blockers = [fn.submit(i, 1.0) for i in range(4)]  # every slot busy for 1 s
+    blockers = [fn.submit(i, 2.0) for i in range(4)]  # every slot busy for 2 s
     late = [fn.options(deadline_s=0.3).submit(i) for i in range(4, 12)]
-    with pytest.raises(ra.PlacementDeadlineExceeded, match="past its deadline_s 0.3; dropped without running"):
+    start = time.monotonic()
+    with pytest.raises(ra.PlacementDeadlineExceeded, match="not placed by then, past its deadline_s 0.3; dropped"):
         fn.options(deadline_s=0.3).remote("never")
+    assert time.monotonic() - start < 1.5  # told at the deadline, not when a slot frees (2 s)
     for f in late:
         with pytest.raises(ra.PlacementDeadlineExceeded):
             f.result(timeout=60)

@@ -19,6 +19,7 @@ fetches them.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import threading
@@ -95,6 +96,7 @@ class Router:
         self._cond = threading.Condition()
         self._harvested_at = time.monotonic()
         self._waiters = 0  # callers in wait(): they harvest, the dispatcher thread need not
+        self._deadlines: List[tuple] = []  # heap of (deadline, task id): tasks with a finite deadline_s
         self._closed = False
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
@@ -106,10 +108,10 @@ class Router:
     # ---------------------------------------------------------------- submit
     def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf) -> Future:
         """Queue a task; the Future resolves to its ObjectRef once it is dispatched, or raises
-        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` once it is placed, if that is more
-        than ``deadline_s`` after now: it is dropped, as the compiler's cluster model drops a task
-        not picked by its deadline, and its room goes back to the scheduler unused. (The drop
-        happens at placement: a scheduler owns its queue, wherever it runs.)"""
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` if it is not placed within
+        ``deadline_s``: it is dropped, as the compiler's cluster model drops a task not picked by
+        its deadline (within ~``TICK_S`` of it), and never launched; its room, if the scheduler
+        already chose a node, goes straight back."""
         return self._enqueue(fields, launch, deadline_s, Future()).future
 
     def call(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf):
@@ -146,6 +148,8 @@ class Router:
             state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", self.now(), fields)
             task = _Task(state, launch, state.arrival + deadline_s, future)
             self._tasks[state.id] = task
+            if task.deadline < math.inf:
+                heapq.heappush(self._deadlines, (task.deadline, state.id))
             self.stats.submitted += 1
             if self.monitor is not None:
                 self.monitor.arrived(state.arrival, fields)
@@ -157,19 +161,16 @@ class Router:
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
         now = self.now()
-        gone: List[_Task] = []  # never launched: placed too late, or refused by Ray
+        gone: List[_Task] = []  # never launched: dropped (deadline), cancelled (close) or refused by Ray
         for state in decided:
             with self._cond:
                 task = self._tasks.get(state.id)
-                if task is None or task.error is not None:  # cancelled by close()
+                if task is None:
                     continue
-                if now > task.deadline:  # placed too late: dropped before it costs a launch and a slot
+                if task.error is None and now > task.deadline:  # placed too late (before _expire saw it)
+                    self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+                if task.error is not None:  # dropped before it costs a launch and a slot
                     del self._tasks[state.id]
-                    self.stats.dropped += 1
-                    task.error = PlacementDeadlineExceeded(
-                        f"task {state.id} of policy {self.policy.name!r} was placed "
-                        f"{now - state.arrival:.3f} s after submission, past its deadline_s "
-                        f"{task.deadline - state.arrival:g}; dropped without running")
                     gone.append(task)
                     continue
                 task.node, task.dispatched_at = state.node, now
@@ -191,14 +192,40 @@ class Router:
             if task.future is not None:
                 task.future.set_result(ref)
         if gone:
-            for task in gone:
-                if task.future is not None:
-                    task.future.set_exception(task.error)
+            self._tell(gone)
             with self._cond:  # their room goes back, as a finish would give it
-                if self._waiters:
-                    self._cond.notify_all()
                 chosen = self.decider.finished([t.state.id for t in gone])
             self._launch(chosen)
+
+    def _drop(self, task: _Task, when: str) -> None:
+        """Settle a task that missed its deadline (holds the lock)."""
+        self.stats.dropped += 1
+        task.error = PlacementDeadlineExceeded(
+            f"task {task.state.id} of policy {self.policy.name!r} {when}, past its deadline_s "
+            f"{task.deadline - task.state.arrival:g}; dropped without running")
+
+    def _tell(self, tasks: List[_Task]) -> None:
+        """Wake the callers of settled tasks that were not launched (outside the lock)."""
+        with self._cond:
+            if self._waiters:
+                self._cond.notify_all()
+        for task in tasks:
+            if task.future is not None and not task.future.done():
+                task.future.set_exception(task.error)
+
+    def _expire(self) -> None:
+        """Tasks still undecided at their deadline are dropped now: the caller hears at once, and
+        the scheduler, which owns its queue wherever it runs, drops each when it reaches it
+        (:meth:`_launch`), its room given straight back."""
+        with self._cond:
+            now, expired = self.now(), []
+            while self._deadlines and self._deadlines[0][0] < now:
+                task = self._tasks.get(heapq.heappop(self._deadlines)[1])
+                if task is not None and task.node is None and task.error is None:
+                    self._drop(task, "was not placed by then")
+                    expired.append(task)
+        if expired:
+            self._tell(expired)
 
     def _harvest(self, block: float) -> bool:
         """Apply every launched task that has finished -- waiting up to ``block`` s for one if none
@@ -271,6 +298,7 @@ class Router:
             with self._cond:
                 chosen = self.decider.tick() if not self._closed else []
             self._launch(chosen)
+            self._expire()
             if time.monotonic() >= self._next_node_check:
                 self._next_node_check = time.monotonic() + self.NODE_CHECK_S
                 self.check_nodes()
@@ -311,7 +339,7 @@ class Router:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            left = [t for t in self._tasks.values() if t.node is None]
+            left = [t for t in self._tasks.values() if t.node is None and t.error is None]
             for t in left:
                 t.error = CancelledError(f"the runtime of policy {self.policy.name!r} was shut down "
                                          f"before task {t.state.id} was placed")
