@@ -64,7 +64,7 @@ class RouterStats:
     submitted: int = 0
     dispatched: int = 0
     finished: int = 0
-    dropped: int = 0  # placed after their deadline: never launched
+    dropped: int = 0  # not placed by their deadline: never launched
 
 
 class Router:
@@ -95,7 +95,7 @@ class Router:
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._harvested_at = time.monotonic()
-        self._waiters = 0  # callers in wait(): they harvest, the dispatcher thread need not
+        self._waiters = 0  # callers in call(): they harvest, the dispatcher thread need not
         self._deadlines: List[tuple] = []  # heap of (deadline, task id): tasks with a finite deadline_s
         self._closed = False
         decider.on_decided = self._launch
@@ -117,7 +117,7 @@ class Router:
     def call(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf):
         """:meth:`submit`, then wait for the ObjectRef (``.remote()``). A decision made in this
         thread returns the ref at once, with no Future; waiting for a local decision, the caller
-        harvests completions itself, so room is seen the moment it is made."""
+        harvests completions itself (see :meth:`_harvest`)."""
         task = self._enqueue(fields, launch, deadline_s, Future() if self.decider.remote else None)
         if task.settled:
             return task.result()
@@ -279,8 +279,11 @@ class Router:
 
     def _run(self) -> None:
         """The dispatcher thread: completions while tasks wait here or the last harvest is stale;
-        heartbeats of a waiting local decider; every NODE_CHECK_S, dead nodes."""
-        while True:
+        heartbeats of a waiting local decider; deadlines; every NODE_CHECK_S, dead nodes. Ends
+        once closed with nothing running, or when Ray was shut down under it."""
+        import ray
+
+        while ray.is_initialized():
             with self._cond:
                 waiting = self.decider.pending > 0 and not self._waiters
             if waiting:  # tasks wait for room and no caller looks for it: see it the moment it is made
