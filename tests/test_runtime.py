@@ -267,3 +267,15 @@ def test_callers_in_several_threads_each_get_their_own_results_once(running):
     s = rt.stats()
     assert (s["submitted"], s["dispatched"], s["finished"], s["pending"]) == (600, 600, 600, 0)
     assert rt.router.outstanding() == {}
+
+
+def test_deadlines_of_placed_tasks_do_not_pile_up(running):
+    """A deadline is kept until it passes or its task is placed and gone: a long deadline_s on
+    many short tasks must not grow the router's heap without bound."""
+    rt = running("round_robin", queue=30)
+    fn = ra.policy("round_robin")(where).options(deadline_s=3600)
+    assert len(ray.get([fn.remote(i) for i in range(3000)])) == 3000
+    deadline = time.monotonic() + 20
+    while len(rt.router._deadlines) > 1024 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(rt.router._deadlines) <= 1024 and rt.stats()["dropped"] == 0

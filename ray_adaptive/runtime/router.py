@@ -224,6 +224,9 @@ class Router:
                 if task is not None and task.node is None and task.error is None:
                     self._drop(task, "was not placed by then")
                     expired.append(task)
+            if len(self._deadlines) > 2 * len(self._tasks) + 1024:  # mostly tasks long placed: keep the live
+                self._deadlines = [e for e in self._deadlines if e[1] in self._tasks]
+                heapq.heapify(self._deadlines)
         if expired:
             self._tell(expired)
 
