@@ -84,7 +84,7 @@ def main() -> None:
 
     def gated(slots: dict, depth: int) -> float:
         """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
-        room, one ``ray.wait`` over what runs waits for a quarter of it to finish, as the router does."""
+        room, one ``ray.wait`` over what runs waits for queue/2 of them to finish, as the router does."""
         bound = [noop.options(resources={slot: 1}) for slot in slots.values()]
         room = [depth] * len(bound)
         running: dict = {}  # ObjectRef -> node index
@@ -92,8 +92,8 @@ def main() -> None:
         start = time.perf_counter()
         for t in range(tasks):
             while not any(room):
-                ready, _ = ray.wait(list(running), num_returns=max(1, len(running) // 4), timeout=0.005,
-                                    fetch_local=False)
+                ready, _ = ray.wait(list(running), num_returns=min(max(1, args.queue // 2), len(running)),
+                                    timeout=0.005, fetch_local=False)
                 for r in ready:
                     room[running.pop(r)] += 1
             while not room[k % len(bound)]:
