@@ -279,3 +279,27 @@ def test_deadlines_of_placed_tasks_do_not_pile_up(running):
     while len(rt.router._deadlines) > 1024 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(rt.router._deadlines) <= 1024 and rt.stats()["dropped"] == 0
+
+
+def test_a_caller_waiting_for_room_held_elsewhere_does_not_spin_the_dispatcher(running):
+    """Nothing of this process runs and its task waits (here: every node looks gone): the dispatcher
+    thread looks for room every few ms, not in a busy loop (it once spun a core here)."""
+    import os
+    import threading
+
+    rt = running("least_loaded", queue=0)
+    for node in rt.router.decider.node_ids():
+        rt.router.decider.mark_dead(node)  # no room anywhere, as if other processes held it all
+    dispatcher = next(t for t in threading.enumerate() if t.name == "ra-router-least_loaded")
+
+    def cpu_s() -> float:
+        with open(f"/proc/self/task/{dispatcher.native_id}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    fn = ra.policy("least_loaded")(where).options(deadline_s=1.5)
+    before, start = cpu_s(), time.monotonic()
+    with pytest.raises(ra.PlacementDeadlineExceeded):
+        fn.remote("no room")
+    waited = time.monotonic() - start
+    assert waited >= 1.4 and cpu_s() - before < 0.3 * waited

@@ -297,10 +297,10 @@ class Router:
                     time.sleep(stale)  # a submitting caller harvests meanwhile, as it needs
                 else:
                     self._harvest(block=0.0)
-            else:
+            else:  # nothing of ours runs: a heartbeat every TICK_S while tasks wait here, else a nap
                 with self._cond:
-                    if not self._closed and not self.decider.pending:
-                        self._cond.wait(self.IDLE_S)
+                    if not self._closed:
+                        self._cond.wait(self.TICK_S if self.decider.pending else self.IDLE_S)
             with self._cond:
                 chosen = self.decider.tick() if not self._closed else []
             self._launch(chosen)
