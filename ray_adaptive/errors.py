@@ -57,4 +57,4 @@ class ResourceError(RayAdaptiveError):
 
 
 class PlacementDeadlineExceeded(RayAdaptiveError, TimeoutError):
-    """A task with ``deadline_s`` was placed after its deadline: it was dropped and never ran."""
+    """A task with ``deadline_s`` was not placed by its deadline: it was dropped and never ran."""
