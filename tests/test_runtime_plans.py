@@ -167,8 +167,9 @@ def test_tasks_submitted_from_other_processes_join_the_runtime(drf, plan):
         ray.kill(s)
 
 
-def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arrives(drf):
-    rt = drf("centralized", queue=0)  # 4 slots
+@pytest.mark.parametrize("plan", ["centralized", "hybrid"])
+def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arrives(drf, plan):
+    rt = drf(plan, queue=0)  # 4 slots
 
     @ray.remote(num_cpus=0)
     class Submitter:
@@ -180,7 +181,7 @@ def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arr
             return ray.get([f.options(task={"tenant": "b", "resource_vec": VEC}).remote(i, 0.05) for i in range(n)])
 
     sub = Submitter.remote()
-    assert ray.get(sub.join.remote()) == "centralized"
+    assert ray.get(sub.join.remote()) == plan
     fn = ra.policy("drf_lb")(work)
     greedy = [fn.options(task={"tenant": "greedy", "resource_vec": VEC}).submit(i, 0.3) for i in range(24)]
     time.sleep(0.1)
@@ -200,6 +201,40 @@ def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arr
     # every OnDispatch matched by one OnFinish across the handover: the allocations are back to zero
     assert (snap["pending"], snap["running"]) == ([], [])
     assert all(v == pytest.approx([0.0, 0.0, 0.0], abs=1e-9) for v in snap["state"]["alloc"].values()), snap["state"]
+
+
+def test_a_hybrid_selector_tells_the_placements_where_the_tasks_it_took_back_run(drf):
+    """Tasks the lease holder placed reach no placement scheduler: the selector reports their loads."""
+    rt = drf("hybrid", queue=0)  # 4 slots, one per node
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def join(self):
+            return ra.runtime_of("drf_lb").plan.name
+
+        def run_one(self):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+            submitted = time.time()
+            _, node, start = ray.get(f.remote("b"))
+            return node, start - submitted
+
+    sub = Submitter.remote()
+    assert ray.get(sub.join.remote()) == "hybrid"
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    long = [fn.remote(i, 4.0) for i in range(3)]  # decided here, under the lease: 3 of the 4 nodes
+    assert rt.router.decider.leases == 1
+    node, waited = ray.get(sub.run_one.remote(), timeout=60)  # recalls the lease
+    # the placement scheduler knew which 3 nodes were busy: b went to the free one, and did not
+    # queue behind a 4 s task
+    assert waited < 2.0
+    busy = {n for _, n, _ in ray.get(long)}
+    assert len(busy) == 3 and node not in busy
+    ray.kill(sub)
+    store = rt.topology.store
+    deadline = time.monotonic() + 10
+    while sum(ray.get(store.stats.remote())["outstanding"].values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sum(ray.get(store.stats.remote())["outstanding"].values()) == 0  # and forgotten once finished
 
 
 def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):

@@ -61,20 +61,25 @@ class StateStore:
             if delta:
                 merge_into(self._state, delta, self._merge)
             self._outstanding[member] = dict(outstanding)
-            others: Dict[str, int] = {}
-            for m, per_node in self._outstanding.items():
-                if m != member:
-                    for node, k in per_node.items():
-                        others[node] = others.get(node, 0) + k
-            return {v: self._state[v] for v in self._merge}, others
+            return {v: self._state[v] for v in self._merge}, self._loads(but=member)
+
+    def _loads(self, but: Optional[str] = None) -> Dict[str, int]:
+        """Outstanding tasks per node, over every member but ``but``."""
+        loads: Dict[str, int] = {}
+        for m, per_node in self._outstanding.items():
+            if m != but:
+                for node, k in per_node.items():
+                    loads[node] = loads.get(node, 0) + k
+        return loads
 
     def leave(self, member: str) -> None:
         with self._lock:
             self._outstanding.pop(member, None)
 
     def stats(self) -> dict:
+        """Sync calls, members, and the outstanding tasks per node the members last reported."""
         with self._lock:
-            return {"calls": self.calls, "members": len(self._outstanding)}
+            return {"calls": self.calls, "members": len(self._outstanding), "outstanding": self._loads()}
 
 
 class _Member:
@@ -200,17 +205,26 @@ class Selector:
     running tasks and its pending ones before anything else is decided.
     A holder silent for ``LEASE_TIMEOUT_S`` after a recall loses the lease
     (its process is presumed dead; State reverts to what it was at the grant).
+    A hybrid's selector leases too (``lease=True``, see
+    :func:`~ray_adaptive.runtime.roles.lease_spec`): the holder runs the whole
+    policy, and the running tasks it hands back were placed by no placement
+    scheduler, so the selector tells the store their loads until they finish,
+    as a member of its own: the placements see those nodes taken.
     """
 
     LEASE_QUIET_S = 1.0
     LEASE_TIMEOUT_S = 5.0
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Any], t0: float,
-                 wait_s: float = 0.05):
+                 wait_s: float = 0.05, lease: bool = False, store=None):
         self._s = make_scheduler(spec, nodes)
         self._t0 = t0
         self._wait_s = wait_s
+        self._lease = lease
+        self._store = store
         self._placements = list(placements)
+        self._adopted: Dict[str, str] = {}  # (hybrid) handed-back running task -> its node
+        self._adopted_dirty = False  # the store has not heard the adopted tasks' loads
         self._cond = threading.Condition()
         self._mail: Dict[str, List[Decision]] = {}
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
@@ -242,8 +256,13 @@ class Selector:
 
     def _release(self, ids: Sequence[str], now: float) -> None:
         for tid in ids:
-            if self._s.finish(tid, now) is not None and self._placements:
-                self._fin[self._hop.pop(tid)].append(tid)
+            if self._s.finish(tid, now) is None or not self._placements:
+                continue
+            hop = self._hop.pop(tid, None)
+            if hop is not None:
+                self._fin[hop].append(tid)
+            elif self._adopted.pop(tid, None) is not None:
+                self._adopted_dirty = True
 
     def forget(self, client: str) -> None:
         """A client leaves (its router closed): its tasks still pending here are dropped, and decisions
@@ -303,7 +322,7 @@ class Selector:
 
     # ---------------------------------------------------------------- leases
     def _may_lease(self, client: str) -> bool:
-        if self._placements or self._closed or self._s.pending or self._s.running:  # (the hybrid: placements pick nodes)
+        if not self._lease or self._closed or self._s.pending or self._s.running:
             return False
         quiet = time.monotonic() - self.LEASE_QUIET_S
         return all(seen < quiet for c, seen in self._seen.items() if c != client)
@@ -329,8 +348,21 @@ class Selector:
             self._holder, self._recalled_at = None, None
         for t in handback["running"]:
             t.origin = client
+            if self._placements:  # the hybrid's selector counts them in its pool of every slot
+                self._adopted[t.id], t.node = t.node, POOL
+                self._adopted_dirty = True
         self._s.adopt(handback["running"])
         self._cond.notify_all()
+
+    def _adopted_loads(self) -> Optional[Dict[str, int]]:
+        """(Hybrid) the adopted tasks' loads per node, when the store has not heard them yet."""
+        if not self._adopted_dirty:
+            return None
+        self._adopted_dirty = False
+        loads: Dict[str, int] = {}
+        for node in self._adopted.values():
+            loads[node] = loads.get(node, 0) + 1
+        return loads
 
     def _decide(self, now: float) -> None:
         if self._holder is not None:  # the holder's running tasks are not counted here until it hands them back
@@ -355,8 +387,9 @@ class Selector:
         held = [0] * len(self._placements)  # tasks a placement scheduler holds (no room in its view)
         while not self._closed:
             with self._cond:
-                if not any(self._out) and not any(self._fin) and not any(held):
+                if not any(self._out) and not any(self._fin) and not any(held) and not self._adopted_dirty:
                     self._cond.wait(0.005)
+                loads = self._adopted_loads()
                 batches = [(i, self._out[i], self._fin[i]) for i in range(len(self._placements))
                            if self._out[i] or self._fin[i] or held[i]]
                 if self._out[self._batch_to]:  # the next tasks decided go to the next placement scheduler
@@ -364,6 +397,12 @@ class Selector:
                 for i, _, _ in batches:
                     held[i] += len(self._out[i])
                     self._out[i], self._fin[i] = [], []
+            if loads is not None and self._store is not None:
+                # waited for, from this one thread: reports cannot overtake one another at the store
+                try:
+                    ray.get(self._store.sync.remote("selector-adopted", {}, loads))
+                except Exception:
+                    pass  # the store is gone (shutdown)
             if not batches:
                 continue
             refs = [self._placements[i].place.remote(out, fin) for i, out, fin in batches]

@@ -23,7 +23,7 @@ from typing import Dict, Optional
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.sim.plans import SimPlan
 
-__all__ = ["RoleSpec", "role_specs"]
+__all__ = ["RoleSpec", "role_specs", "lease_spec"]
 
 
 @dataclass(frozen=True)
@@ -58,3 +58,21 @@ def role_specs(plan: SimPlan) -> Dict[str, RoleSpec]:
         "schedulers": RoleSpec(plan.node_policy, hooks=local, fifo=True, sample_d=d, merge=merge if local else None,
                                sync_s=sync_s, heartbeat_s=heartbeat),
     }
+
+
+def lease_spec(plan: SimPlan) -> Optional[RoleSpec]:
+    """What a lone submitting process runs while it holds the selector's lease (None: no lease).
+
+    The whole policy over every node -- the decision the plan's selector makes
+    (centralized) or approximates with its placement schedulers (hybrid). A
+    hybrid whose placements keep a replica of State (``plan.local_state``)
+    never leases: the holder's hooks would change State those replicas never see.
+    """
+    specs = role_specs(plan)
+    if "selector" not in specs:
+        return None
+    if "schedulers" not in specs:
+        return specs["selector"]
+    if plan.local_state:
+        return None
+    return RoleSpec(plan.policy, sample_d=specs["schedulers"].sample_d)

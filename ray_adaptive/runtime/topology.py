@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ray_adaptive.runtime.actors import Placement, Selector, StateStore, _Member, make_scheduler
-from ray_adaptive.runtime.roles import RoleSpec, role_specs
+from ray_adaptive.runtime.roles import RoleSpec, lease_spec, role_specs
 from ray_adaptive.runtime.scheduler import TaskState
 from ray_adaptive.sim.plans import SimPlan
 from ray_adaptive.sim.replicas import copy_state
@@ -75,7 +75,7 @@ class Topology:
     def decider(self) -> "LocalDecider | RemoteDecider":
         """This process's way of getting decisions."""
         if self.selector is not None:
-            return RemoteDecider(self.selector, self.specs["selector"], self.nodes, self.t0)
+            return RemoteDecider(self.selector, lease_spec(self.plan), self.nodes, self.t0)
         return LocalDecider(self.specs["schedulers"], self.nodes, self.store, self.t0)
 
     def placement_nodes(self) -> List[str]:
@@ -133,7 +133,8 @@ def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_no
             ]
         selector = ray.remote(Selector).options(
             name=actor_name(name, "selector"), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
-            scheduling_strategy=near_driver).remote(specs["selector"], list(nodes), placements, t0)
+            scheduling_strategy=near_driver).remote(specs["selector"], list(nodes), placements, t0,
+                                                    lease=lease_spec(plan) is not None, store=store)
     topo = Topology(plan, specs, list(nodes), dict(slots), t0, store, selector, placements)
     ray.get([a.__ray_ready__.remote() for a in topo.actors()])  # fail here, not at the first task
     return topo
@@ -243,16 +244,17 @@ class RemoteDecider:
     call per batch of completions), fire and forget.
 
     While this process holds the selector's lease (see :class:`Selector`),
-    the same scheduler runs here instead (``local``): ``.remote()`` decides
-    in the caller's thread, exactly as the selector would, and the client
-    thread only keeps the long poll through which a recall comes.
+    ``lease_spec``'s scheduler runs here instead (``local``): the whole
+    policy over every node, so ``.remote()`` decides in the caller's thread,
+    and the client thread only keeps the long poll through which a recall
+    comes. (``lease_spec`` None: the selector never leases.)
     """
 
     thread_safe = True  # locks itself (its client thread shares it)
 
-    def __init__(self, selector, spec: RoleSpec, nodes: Sequence[dict], t0: float):
+    def __init__(self, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float):
         self.client = new_client_id()
-        self._spec = spec
+        self._lease_spec = lease_spec
         self._nodes = list(nodes)
         self._node_ids = [n["id"] for n in nodes]
         self._dead: set = set()
@@ -350,7 +352,7 @@ class RemoteDecider:
     def _take_lease(self, reply: dict) -> List[TaskState]:
         """Become the selector: its State, this process's tasks back, decided here from now on."""
         with self._cond:
-            local = make_scheduler(self._spec, self._nodes)
+            local = make_scheduler(self._lease_spec, self._nodes)
             local.decision_s = self._local_latencies
             local.interp.state.update(reply["lease"]["state"])
             for n in local.nodes:
