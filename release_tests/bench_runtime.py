@@ -20,6 +20,11 @@ a leased worker the moment its queue of that task shape is empty
 lease (and a spillback) for many tasks whatever decides them: this is the
 ceiling for any bounded-queue binding, and ``ratio_to_gated`` is what the
 policy itself costs.
+
+Also the submitting process's CPU per task (every thread of it, from
+``time.process_time()``), for each loop: on a machine the cluster saturates,
+the driver's CPU is taken from the workers, and it varies far less between
+runs than the throughput ratio does.
 """
 
 from __future__ import annotations
@@ -77,19 +82,22 @@ def main() -> None:
     def noop(i):
         return i
 
-    def plain() -> float:
-        start = time.perf_counter()
-        ray.get([noop.remote(i) for i in range(tasks)])
-        return tasks / (time.perf_counter() - start)
+    def timed(loop) -> tuple:
+        """(tasks/s, this process's CPU us per task) of ``loop()``."""
+        cpu, start = time.process_time(), time.perf_counter()
+        loop()
+        return tasks / (time.perf_counter() - start), 1e6 * (time.process_time() - cpu) / tasks
 
-    def gated(slots: dict, depth: int) -> float:
+    def plain() -> None:
+        ray.get([noop.remote(i) for i in range(tasks)])
+
+    def gated(slots: dict, depth: int) -> None:
         """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
         room, one ``ray.wait`` over what runs waits for queue/2 of them to finish, as the router does."""
         bound = [noop.options(resources={slot: 1}) for slot in slots.values()]
         room = [depth] * len(bound)
         running: dict = {}  # ObjectRef -> node index
         refs, k = [], 0
-        start = time.perf_counter()
         for t in range(tasks):
             while not any(room):
                 ready, _ = ray.wait(list(running), num_returns=min(max(1, args.queue // 2), len(running)),
@@ -105,18 +113,15 @@ def main() -> None:
             running[ref] = i
             refs.append(ref)
         ray.get(refs)
-        return tasks / (time.perf_counter() - start)
 
-    def through(policy: str, fields: dict, how: str) -> float:
+    def through(policy: str, fields: dict, how: str) -> None:
         fn = ra.policy(policy)(noop).options(task=fields) if fields else ra.policy(policy)(noop)
-        start = time.perf_counter()
         if how == "remote":
             submit = lambda: [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
         else:
             submit = lambda: [f.result() for f in [fn.submit(i) for i in range(tasks)]]
         refs = _within(args.hang_after_s, submit, lambda: ra.runtime_of(policy))
         ray.get(refs)
-        return tasks / (time.perf_counter() - start)
 
     figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "executors": 2, "cluster": "4 nodes x 2 CPUs (local)", "runs": []}
     with local_cluster(num_nodes=4, num_cpus=2):
@@ -129,11 +134,15 @@ def main() -> None:
                 depth = 2 + args.queue  # executors + queue per node
                 for how in ("remote", "submit"):
                     plain_rates, gated_rates, policy_rates = [], [], []
+                    cpu = {"plain": [], "gated": [], "policy": []}
                     through(policy, fields, how)  # warm up this shape's leases
                     for _ in range(repeats):
-                        plain_rates.append(plain())
-                        gated_rates.append(gated(rt.slots, depth))
-                        policy_rates.append(through(policy, fields, how))
+                        for rates, name, loop in ((plain_rates, "plain", plain),
+                                                  (gated_rates, "gated", lambda: gated(rt.slots, depth)),
+                                                  (policy_rates, "policy", lambda: through(policy, fields, how))):
+                            rate, us = timed(loop)
+                            rates.append(rate)
+                            cpu[name].append(us)
                     ratios = [p / b for p, b in zip(policy_rates, plain_rates)]
                     gated_ratios = [p / b for p, b in zip(policy_rates, gated_rates)]
                     stats = rt.stats()
@@ -148,12 +157,15 @@ def main() -> None:
                         "ratio_to_gated_median": round(statistics.median(gated_ratios), 3),
                         "decision_p50_us": round(stats["decision_p50_s"] * 1e6, 1),
                         "decision_p99_us": round(stats["decision_p99_s"] * 1e6, 1),
+                        **{f"driver_cpu_us_per_task_{k}": round(statistics.median(v)) for k, v in cpu.items()},
                     }
                     figures["runs"].append(f)
                     print(f"{f['plan']:>26} {policy:>13} {f['loop']:>9}: {f['policy_tasks_per_s']} tasks/s vs plain "
                           f"{f['plain_tasks_per_s']} -> {f['ratio_median']}x (gated plain {f['gated_plain_ratio_median']}x; "
                           f"policy/gated {f['ratio_to_gated_median']}x); decision p50 {f['decision_p50_us']} us, "
-                          f"p99 {f['decision_p99_us']} us", flush=True)
+                          f"p99 {f['decision_p99_us']} us; driver CPU per task {f['driver_cpu_us_per_task_policy']} us "
+                          f"(plain {f['driver_cpu_us_per_task_plain']}, gated {f['driver_cpu_us_per_task_gated']})",
+                          flush=True)
                 ra.shutdown()
     if args.out:
         with open(args.out, "w") as fh:
