@@ -93,6 +93,8 @@ def test_tasks_not_placed_by_their_deadline_are_dropped_and_give_their_room_back
     with pytest.raises(ra.PlacementDeadlineExceeded, match="not placed by then, past its deadline_s 0.3; dropped"):
         fn.options(deadline_s=0.3).remote("never")
     assert time.monotonic() - start < 1.5  # told at the deadline, not when a slot frees (2 s)
+    s = rt.stats()  # still in the scheduler's queue, but counted as dropped only, not as pending
+    assert (s["dropped"], s["pending"]) == (9, 0), s
     for f in late:
         with pytest.raises(ra.PlacementDeadlineExceeded):
             f.result(timeout=60)

@@ -46,6 +46,7 @@ class _Task:
     node: Optional[str] = None
     dispatched_at: float = 0.0
     launched: bool = False  # False if Ray refused the submission
+    expired: bool = False  # dropped at its deadline while undecided: still in the scheduler's queue
     ref: Any = None  # its ObjectRef, once launched
     error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
 
@@ -97,6 +98,7 @@ class Router:
         self._harvested_at = time.monotonic()
         self._waiters = 0  # callers in call(): they harvest, the dispatcher thread need not
         self._deadlines: List[tuple] = []  # heap of (deadline, task id): tasks with a finite deadline_s
+        self._expired = 0  # tasks dropped at their deadline that the scheduler has not reached yet
         self._closed = False
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
@@ -171,6 +173,8 @@ class Router:
                     self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
                 if task.error is not None:  # dropped before it costs a launch and a slot
                     del self._tasks[state.id]
+                    if task.expired:  # the scheduler reached it: no longer in its queue
+                        self._expired -= 1
                     gone.append(task)
                     continue
                 task.node, task.dispatched_at = state.node, now
@@ -223,6 +227,8 @@ class Router:
                 task = self._tasks.get(heapq.heappop(self._deadlines)[1])
                 if task is not None and task.node is None and task.error is None:
                     self._drop(task, "was not placed by then")
+                    task.expired = True
+                    self._expired += 1
                     expired.append(task)
             if len(self._deadlines) > 2 * len(self._tasks) + 1024:  # mostly tasks long placed: keep the live
                 self._deadlines = [e for e in self._deadlines if e[1] in self._tasks]
@@ -318,8 +324,9 @@ class Router:
     # ------------------------------------------------------------------ state
     @property
     def pending(self) -> int:
+        """Tasks waiting for a decision (not those dropped at their deadline the scheduler still holds)."""
         with self._cond:
-            return self.decider.pending
+            return max(0, self.decider.pending - self._expired)
 
     def decision_latencies(self) -> List[float]:
         """Recent decision latencies (seconds) of the scheduler that decides for this process."""
