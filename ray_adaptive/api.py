@@ -72,13 +72,13 @@ class PolicyRuntime:
 
     def stats(self) -> dict:
         """Counts so far (this process's submissions) and decision latency percentiles (seconds)."""
+        from ray_adaptive.monitor import _pcts
+
         s = self.router.stats
-        lat = sorted(self.router.decision_latencies())
-        pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0)
+        p50, p99 = _pcts(self.router.decision_latencies(), (0.5, 0.99))
         return {"plan": self.plan.name, "architecture": self.plan.architecture, "submitted": s.submitted,
                 "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
-                "pending": self.router.pending,
-                "decision_p50_s": pct(0.5), "decision_p99_s": pct(0.99)}
+                "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
 
     def export(self) -> dict:
         """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
