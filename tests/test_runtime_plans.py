@@ -110,6 +110,43 @@ def test_tasks_not_placed_by_their_deadline_are_dropped_and_give_their_room_back
 
 
 @pytest.mark.parametrize("plan", ["centralized", "hybrid"])
+def test_the_selector_drops_tasks_past_their_deadline_without_deciding_them(drf, plan):
+    rt = drf(plan, queue=0)  # 4 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def block(self, n):  # alone: decided under the lease, then handed back to the selector
+            f = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+            self.futures = [f.submit(i, 2.5) for i in range(n)]
+            time.sleep(0.2)
+            return ra.runtime_of("drf_lb").router.decider.leases
+
+        def wait(self):
+            return [x for x, _, _ in ray.get([f.result() for f in self.futures])]
+
+    sub = Submitter.remote()
+    assert ray.get(sub.block.remote(4), timeout=60) == 1  # every slot busy for 2.5 s
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    start = time.monotonic()
+    late = [fn.options(deadline_s=0.3).submit(i) for i in range(8)]  # recalls the lease: pending at the selector
+    for f in late:
+        with pytest.raises(ra.PlacementDeadlineExceeded):
+            f.result(timeout=60)
+    # the selector dropped them at their deadline, without deciding them (which would have held
+    # the slots the blockers free for a round trip each): this process has nothing left there
+    while rt.router.decider.pending and time.monotonic() - start < 10:
+        time.sleep(0.02)
+    assert rt.router.decider.pending == 0 and time.monotonic() - start < 2.0
+    assert ray.get(sub.wait.remote(), timeout=60) == list(range(4))
+    assert [x for x, _, _ in ray.get([fn.remote(i) for i in range(4)], timeout=60)] == list(range(4))
+    ray.kill(sub)
+    # none of the 8 was decided; the last 4 were, there or (no other client heard from for 1 s) under a lease
+    assert ray.get(rt.topology.selector.stats.remote())["decisions"] <= 4
+    s = rt.stats()
+    assert (s["dropped"], s["dispatched"], s["pending"]) == (8, 4, 0), s
+
+
+@pytest.mark.parametrize("plan", ["centralized", "hybrid"])
 def test_drf_lb_equalises_backlogged_tenants(drf, plan):
     drf(plan, queue=0)  # 4 slots, 4 tenants: DRF's equal shares are one slot each
     fn = ra.policy("drf_lb")(work)

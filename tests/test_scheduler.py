@@ -72,3 +72,32 @@ def test_a_backlog_scores_one_row_per_group():
     assert len(rows) == 3 and [t.arrival for t in rows] == sorted(t.arrival for t in rows)
     assert len(sched.decide(0.0)) == 12 and sched.pending == 2988
 
+
+
+@pytest.mark.parametrize("queue", ["grouped", "ungrouped", "fifo"])
+def test_a_task_pending_at_its_deadline_is_dropped_not_placed(queue):
+    """As in the cluster model: no hook runs for it, and it never takes room another task could use."""
+    policy = load_policy("drf_lb")
+    nodes = [NodeState(f"n{i}", i, 1, 0, {"CPU": 1.0}) for i in range(2)]  # 2 slots
+    sched = Scheduler(policy, nodes, fifo=queue == "fifo")
+    if queue == "ungrouped":
+        sched._pending = S._Pending(False, None)
+    vec = [0.1, 0.2, 0.1]
+    blockers = [TaskState(f"b{i}", 0.0, {"tenant": "a", "resource_vec": vec}) for i in range(2)]
+    for t in blockers:
+        sched.add(t, 0.0)
+    assert [t.node for t in sched.decide(0.0)] == ["n0", "n1"]  # every slot taken
+    late = [TaskState(f"l{i}", 0.1 + i / 100, {"tenant": t, "resource_vec": vec}, deadline=0.5)
+            for i, t in enumerate("abab")]
+    fresh = TaskState("f", 0.2, {"tenant": "a", "resource_vec": vec}, deadline=9.0)
+    for t in (*late, fresh):
+        sched.add(t, 0.1)
+    assert sched.decide(0.4) == []  # no room, nothing late yet
+    sched.finish("b0", 1.0)
+    out = sched.decide(1.0)  # room for one; the four past their deadline go first, unplaced
+    assert sorted(t.id for t in out if t.node is None) == ["l0", "l1", "l2", "l3"]
+    assert [(t.id, t.node) for t in out if t.node is not None] == [("f", "n0")]
+    assert sched.pending == 0 and set(sched.running) == {"b1", "f"}
+    # OnDispatch ran for the placed tasks only: a holds b1 and f, b holds nothing
+    assert sched.interp.state["alloc"]["a"] == pytest.approx([0.2, 0.4, 0.2])
+    assert sched.interp.state["alloc"].get("b", [0.0] * 3) == pytest.approx([0.0] * 3)

@@ -280,8 +280,9 @@ class Selector:
             self._decide(now)
             self._cond.notify_all()
 
-    def _mail_to(self, client: str, tid: str, node: str, now: float) -> bool:
-        """Send a decision to its client; False if the client is gone (its room is freed instead)."""
+    def _mail_to(self, client: str, tid: str, node: Optional[str], now: float) -> bool:
+        """Send a decision (node None: dropped at its deadline) to its client; False if the client is
+        gone (its room is freed instead)."""
         if client in self._gone:
             self._release([tid], now)
             return False
@@ -370,13 +371,16 @@ class Selector:
         chosen = self._s.decide(now)
         if not chosen:
             return
-        self.decisions += len(chosen)
         for t in chosen:
+            if t.node is None:  # dropped at its deadline: its client hears, and clears its record
+                self._mail_to(t.origin, t.id, None, now)
+                continue
+            self.decisions += 1
             if self._placements:  # the hybrid: the node is the placement scheduler's to pick
                 i = self._batch_to
                 self._hop[t.id] = i
                 self._origin[t.id] = t.origin
-                self._out[i].append(TaskState(t.id, t.arrival, t.fields, t.origin))
+                self._out[i].append(TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline))
             else:
                 self._mail_to(t.origin, t.id, t.node, now)
         self._cond.notify_all()
@@ -416,6 +420,9 @@ class Selector:
                 for (i, _, _), decided in zip(batches, answers):
                     held[i] -= len(decided)
                     for tid, node in decided:
+                        if node is None:  # the placement dropped it at its deadline: its room in the pool is free
+                            self._release([tid], now)
+                            freed = True
                         freed |= not self._mail_to(self._origin.pop(tid), tid, node, now)
                 if freed:  # a gone client's decisions made room
                     self._decide(now)

@@ -41,7 +41,6 @@ class _Task:
 
     state: TaskState
     launch: Callable[[str], Any]  # node id -> ObjectRef of the task submitted there
-    deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
     future: Optional[Future] = None  # for :meth:`Router.submit`; a ``.remote()`` caller reads ref/error
     node: Optional[str] = None
     dispatched_at: float = 0.0
@@ -49,6 +48,10 @@ class _Task:
     expired: bool = False  # dropped at its deadline while undecided: still in the scheduler's queue
     ref: Any = None  # its ObjectRef, once launched
     error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
+
+    @property
+    def deadline(self) -> float:
+        return self.state.deadline
 
     @property
     def settled(self) -> bool:
@@ -147,8 +150,9 @@ class Router:
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
-            state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", self.now(), fields)
-            task = _Task(state, launch, state.arrival + deadline_s, future)
+            now = self.now()
+            state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
+            task = _Task(state, launch, future)
             self._tasks[state.id] = task
             if task.deadline < math.inf:
                 heapq.heappush(self._deadlines, (task.deadline, state.id))
@@ -169,8 +173,11 @@ class Router:
                 task = self._tasks.get(state.id)
                 if task is None:
                     continue
-                if task.error is None and now > task.deadline:  # placed too late (before _expire saw it)
-                    self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+                if task.error is None:
+                    if state.node is None:  # the scheduler dropped it at its deadline (before _expire did)
+                        self._drop(task, "was not placed by then")
+                    elif now > task.deadline:  # placed too late (before _expire saw it)
+                        self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
                 if task.error is not None:  # dropped before it costs a launch and a slot
                     del self._tasks[state.id]
                     if task.expired:  # the scheduler reached it: no longer in its queue
@@ -197,8 +204,9 @@ class Router:
                 task.future.set_result(ref)
         if gone:
             self._tell(gone)
+            placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
             with self._cond:  # their room goes back, as a finish would give it
-                chosen = self.decider.finished([t.state.id for t in gone])
+                chosen = self.decider.finished(placed) if placed else []
             self._launch(chosen)
 
     def _drop(self, task: _Task, when: str) -> None:

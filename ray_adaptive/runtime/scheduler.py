@@ -19,12 +19,16 @@ submitting process, the selector actor, a placement actor on a node; see
 
 Decisions use the reference interpreter and tie rules (earlier arrival,
 then task id, then node order), so a scheduler that sees everything decides
-exactly as the ideal scheduler of the simulator.
+exactly as the ideal scheduler of the simulator. As there, a task still
+pending at its ``deadline`` is dropped, with no hook run: :meth:`Scheduler.decide`
+returns it with ``node`` None, and never places it (placed, it would hold a
+slot for nothing until its process saw it was late).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import random
 import time
 from collections import deque
@@ -84,11 +88,13 @@ class TaskState:
     arrival: float
     fields: dict
     origin: str = ""  # the submitting process's client id: where the decision goes back to
-    node: Optional[str] = None  # the node decided
+    node: Optional[str] = None  # the node decided (None from a decision: dropped at its deadline)
     hop: int = -1  # the hybrid: the placement scheduler it was forwarded to
+    deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
 
     def export(self) -> dict:
-        return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin}
+        return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin,
+                "deadline": None if self.deadline == math.inf else self.deadline}
 
 
 class _Pending:
@@ -112,12 +118,14 @@ class _Pending:
         self._groups: Dict[Any, Tuple[List[tuple], List[TaskState]]] = {}  # key -> (sort keys, tasks)
         self._grouped = key is not None
         self._n = 0
+        self.timed = False  # some task came with a finite deadline
 
     def __len__(self) -> int:
         return self._n
 
     def add(self, task: TaskState) -> None:
         self._n += 1
+        self.timed = self.timed or task.deadline < math.inf
         if self._fifo is not None:
             self._fifo.append(task)
             return
@@ -147,6 +155,25 @@ class _Pending:
         del keys[i], tasks[i]
         if not tasks:
             del self._groups[k]
+
+    def drop_late(self, now: float) -> List[TaskState]:
+        """Remove the tasks past their deadline at the head of each group (of the FIFO) and return
+        them. Heads only, so it costs a few checks per decision: a later task past its deadline
+        goes once it is a head, and a decision never scores a non-head of a group."""
+        late: List[TaskState] = []
+        if self._fifo is not None:
+            while self._fifo and self._fifo[0].deadline < now:
+                late.append(self._fifo.popleft())
+        else:
+            for k in [k for k, (_, tasks) in self._groups.items() if tasks[0].deadline < now]:
+                keys, tasks = self._groups[k]
+                while tasks and tasks[0].deadline < now:
+                    late.append(tasks[0])
+                    del keys[0], tasks[0]
+                if not tasks:
+                    del self._groups[k]
+        self._n -= len(late)
+        return late
 
     def remove_where(self, which: Callable[[TaskState], bool]) -> List[TaskState]:
         out: List[TaskState] = []
@@ -224,10 +251,16 @@ class Scheduler:
 
     def decide(self, now: float) -> List[TaskState]:
         """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
-        each with ``node`` set. OnDispatch has run for each."""
+        each with ``node`` set (OnDispatch has run for each) -- and those dropped at their
+        deadline, with ``node`` None."""
         chosen = []
         start = time.perf_counter()
         while self._pending:
+            if self._pending.timed:
+                late = self._pending.drop_late(now)
+                chosen += late
+                if late:
+                    continue
             candidates = self._candidates()
             if not candidates:
                 break
