@@ -303,3 +303,22 @@ def test_a_caller_waiting_for_room_held_elsewhere_does_not_spin_the_dispatcher(r
         fn.remote("no room")
     waited = time.monotonic() - start
     assert waited >= 1.4 and cpu_s() - before < 0.3 * waited
+
+
+def test_which_plans_lease_their_selector_and_what_the_holder_runs():
+    """(No cluster.) The holder runs the whole policy; a hybrid whose placements keep State never leases."""
+    import dataclasses
+
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.runtime.plan_select import runnable, select_plan
+    from ray_adaptive.runtime.roles import lease_spec, role_specs
+
+    policy = load_policy("drf_lb")
+    plan = {a: runnable(policy, select_plan(policy, a, nodes=4, executors=1, queue=0)[0], 4)
+            for a in ("centralized", "decentralized", "hybrid")}
+    assert lease_spec(plan["centralized"]) == role_specs(plan["centralized"])["selector"]
+    assert lease_spec(plan["decentralized"]) is None  # no selector to lease
+    hybrid = lease_spec(plan["hybrid"])
+    assert not plan["hybrid"].local_state and hybrid.program is plan["hybrid"].policy
+    assert hybrid.hooks and not hybrid.pool and not hybrid.fifo  # the whole policy over every node
+    assert lease_spec(dataclasses.replace(plan["hybrid"], local_state=True)) is None
