@@ -159,7 +159,9 @@ class _Pending:
     def drop_late(self, now: float) -> List[TaskState]:
         """Remove the tasks past their deadline at the head of each group (of the FIFO) and return
         them. Heads only, so it costs a few checks per decision: a later task past its deadline
-        goes once it is a head, and a decision never scores a non-head of a group."""
+        goes once it is a head, and grouped and FIFO queues score heads only. (An ungrouped queue
+        scores every task, so it may still place one past its deadline; its process then drops it
+        unlaunched and gives the room back.)"""
         late: List[TaskState] = []
         if self._fifo is not None:
             while self._fifo and self._fifo[0].deadline < now:
