@@ -106,6 +106,25 @@ def test_decentralized_periodic_sync_merges_deltas_exactly():
     assert all(np.allclose(x, 0.0) for x in ps.truth.state["alloc"].values())
 
 
+def test_a_periodic_sync_costing_more_than_its_period_still_lets_decisions_through():
+    """A measured store round trip of 50 ms against a 100 ms sync (a sync costs two): syncs queued
+    behind each other starved every decision, and with no timeouts the replay never ended."""
+    plans, _ = enumerate_plans(A, 4, PlanSpace())
+    plan = next(p for p in plans if p.name == "decentralized+sync 100ms")
+    slow = lower(plan, A, dataclasses.replace(FIXED, store_s=0.05), 4)
+    tasks = [{"id": f"t{i}", "arrival": i * 0.005, "duration": 0.03, "fields": {"tenant": "ab"[i % 2], "resource_vec": [0.1, 0.2, 0.1]}}
+             for i in range(60)]
+    sc = scenario_from_dict({"nodes": [{"id": f"n{i}", "executors": 1, "queue": 1} for i in range(4)], "tasks": tasks})
+    import threading
+
+    out = []
+    run = threading.Thread(target=lambda: out.append(simulate(slow, sc)), daemon=True)  # (fail, not hang, if it loops)
+    run.start()
+    run.join(60)
+    assert out, "the replay did not end"
+    assert all(t.status == "finished" for t in out[0].tasks)  # slow, but every task served
+
+
 def test_delta_hooks_change_nothing_but_speed():
     sc = paper(650, seconds=0.8)
     plan = sim_plan("decentralized+sync 100ms")

@@ -223,6 +223,7 @@ class _Sched:
         self.own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
         self.wake_at = -math.inf
         self.unpushed: dict = {}
+        self.sync_queued = False  # a periodic sync waits in the inbox or runs
 
     def add(self, task: Task) -> None:
         if self.fifo:
@@ -719,8 +720,10 @@ class PlanSim:
     def _sync_tick(self, s: _Sched) -> None:
         if self.unresolved <= 0:
             return
-        s.inbox.append((_SYNC, None))
-        self._kick(s)
+        if not s.sync_queued:  # one sync catches up everything: a tick while one waits or runs adds nothing
+            s.sync_queued = True
+            s.inbox.append((_SYNC, None))
+            self._kick(s)
         self.loop.after(self.plan.sync.period_s, ARRIVAL, self._sync_tick, s)
 
     # ----------------------------------------------------------- scheduling
@@ -813,6 +816,7 @@ class PlanSim:
             elif task.node is not None:
                 self._run_hook(s, "OnFinish", task, task.node)
         elif kind == _SYNC:
+            s.sync_queued = False
             self._push_pull(s)
         self._step(s)
 
