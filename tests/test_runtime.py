@@ -189,6 +189,15 @@ def test_the_monitor_measures_the_run_and_feeds_the_compiler(running, tmp_path):
     result = compile_policy(load_policy("drf_lb"), trace=trace, measure=False, window=60)
     assert result.choice.estimate.plan.architecture in ("centralized", "decentralized", "hybrid")
 
+    # latencies between the runtime's processes: a ping to the store once a second, and this
+    # (decentralized) process's store syncs
+    while not rt.router.message_latencies() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    snap = rt.monitor.snapshot(rt.router)
+    assert snap["message_samples"] >= 1 and 0 < snap["message_p50_s"] <= snap["message_p99_s"] < 1.0
+    assert snap["store_sync_samples"] >= 1 and 0 < snap["store_sync_p50_s"] < 1.0
+    rt.monitor.export(rt.router)  # ray_adaptive_message_p50_s, ray_adaptive_store_sync_p50_s too
+
 
 def test_a_restarted_policy_binds_to_its_new_slots(ray_cluster):
     fn = ra.policy("least_loaded")(where)

@@ -81,6 +81,10 @@ def test_each_plan_runs_a_mixed_workload_exactly_once(drf, plan):
     s = rt.stats()
     assert (s["submitted"], s["dispatched"], s["finished"], s["pending"]) == (151, 151, 151, 0), s
     assert len({node for _, node, _ in out}) == 4  # the policy spreads over every node
+    # the monitor times a call to the actor this process's scheduler talks to (store or selector) once a second
+    while not rt.router.message_latencies() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 0 < rt.monitor.snapshot(rt.router)["message_p50_s"] < 1.0
 
 
 @pytest.mark.parametrize("plan", ARCHITECTURES)

@@ -7,7 +7,13 @@ completions) and gives:
   ``group_by``) arrival rate and burstiness (the squared coefficient of
   variation of inter-arrival times: 1 for Poisson, above 1 for bursts), task
   durations, decision latency, the pending queue and each node's
-  outstanding tasks;
+  outstanding tasks, and the latencies between the runtime's processes:
+  the round trip of an empty call to the actor this process's scheduler
+  talks to (the store or the selector, once a second) and of this
+  process's syncs with the state store. (Not written as the compiler's
+  ``--profile``: its ``message_s`` is a scheduler's time per task, where
+  the runtime carries many tasks per call; a round trip under load, 3-11 ms
+  here, would make it charge each task a whole call.)
 * :meth:`Monitor.write_trace` -- the run as a trace file (CSV/Parquet, the
   format of :mod:`ray_adaptive.sim.trace`) that ``ray-adaptive compile
   --trace`` reads, so the compiler decides on the measured workload;
@@ -145,6 +151,9 @@ class Monitor:
             p50, p99 = _pcts(router.decision_latencies(), (0.5, 0.99))
             out.update({"pending": router.pending, "outstanding": router.outstanding(),
                         "decision_p50_s": p50, "decision_p99_s": p99})
+            for name, values in (("message", router.message_latencies()), ("store_sync", router.store_latencies())):
+                p50, p99 = _pcts(values, (0.5, 0.99)) if values else (None, None)
+                out.update({f"{name}_p50_s": p50, f"{name}_p99_s": p99, f"{name}_samples": len(values)})
         return out
 
     def write_trace(self, path) -> int:
@@ -169,6 +178,8 @@ class Monitor:
                 "outstanding": metrics.Gauge("ray_adaptive_outstanding", "tasks queued or running on nodes", tags),
                 "decision_p99": metrics.Gauge("ray_adaptive_decision_p99_s", "decision latency p99", tags),
                 "task_duration": metrics.Gauge("ray_adaptive_task_duration_s", "mean dispatch-to-finish", tags),
+                "message_p50": metrics.Gauge("ray_adaptive_message_p50_s", "round trip of an empty actor call", tags),
+                "store_sync_p50": metrics.Gauge("ray_adaptive_store_sync_p50_s", "round trip of a store sync", tags),
             }
         snap = self.snapshot(router, window_s=10.0)
         tag = {"policy": self.policy_name}
@@ -180,3 +191,6 @@ class Monitor:
             m["pending"].set(snap["pending"], tag)
             m["outstanding"].set(sum(snap["outstanding"].values()), tag)
             m["decision_p99"].set(snap["decision_p99_s"], tag)
+            for name in ("message", "store_sync"):
+                if snap[f"{name}_p50_s"] is not None:
+                    m[f"{name}_p50"].set(snap[f"{name}_p50_s"], tag)

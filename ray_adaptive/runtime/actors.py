@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.runtime.roles import RoleSpec
@@ -54,6 +55,9 @@ class StateStore:
 
     def config(self) -> dict:
         return self._config
+
+    def ping(self) -> None:
+        """Nothing: a caller times the round trip (the monitor's message latency)."""
 
     def sync(self, member: str, delta: Mapping[str, Any], outstanding: Mapping[str, int]) -> tuple:
         with self._lock:
@@ -97,6 +101,7 @@ class _Member:
         self._next = 0.0
         self._inflight = None  # Future of the store's answer to the last push
         self.pushes = 0
+        self.sync_s: deque = deque(maxlen=10_000)  # round trips of the recent syncs (seconds)
         periods = [p for p in (spec.sync_s, spec.heartbeat_s, 1.0) if p > 0]
         self._period = max(min(periods) if spec.merge or spec.heartbeat_s else 0.0, floor_s)
 
@@ -114,7 +119,10 @@ class _Member:
         if want and self.due():
             log = self.sched.log
             delta = log.take() if log is not None else {}
+            sent = time.perf_counter()
             self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding()).future()
+            # timed when the answer lands (on Ray's thread), not when a later refresh applies it
+            self._inflight.add_done_callback(lambda _f: self.sync_s.append(time.perf_counter() - sent))
             self._next = time.monotonic() + self._period
             self.pushes += 1
             if wait:
@@ -429,6 +437,9 @@ class Selector:
                 self._cond.notify_all()
             if not any(self._out) and any(held):
                 time.sleep(0.001)  # held tasks wait for finishes or a heartbeat: do not spin
+
+    def ping(self) -> None:
+        """Nothing: a client times the round trip (the monitor's message latency)."""
 
     def mark_dead(self, node_id: str) -> None:
         with self._cond:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 import math
 import threading
 import time
@@ -102,6 +103,7 @@ class Router:
         self._waiters = 0  # callers in call(): they harvest, the dispatcher thread need not
         self._deadlines: List[tuple] = []  # heap of (deadline, task id): tasks with a finite deadline_s
         self._expired = 0  # tasks dropped at their deadline that the scheduler has not reached yet
+        self._message_s: deque = deque(maxlen=10_000)  # round trips of the pings to the decider's actor
         self._closed = False
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
@@ -280,6 +282,25 @@ class Router:
         self._launch(chosen)
         return bool(finished)
 
+    def _ping(self) -> None:
+        """Time one empty call to the actor the decider talks to (the store or the selector): the
+        message latency between actors, as the compiler's latency model calls it (``message_s``)."""
+        try:
+            self._message_s.append(self.decider.ping())
+        except Exception:
+            pass  # slower than the timeout, or gone: nothing to record
+
+    def message_latencies(self) -> List[float]:
+        """Round trips (seconds) of the recent pings to the actor the decider talks to, one per
+        ``NODE_CHECK_S`` while a monitor is attached."""
+        return list(self._message_s)
+
+    def store_latencies(self) -> List[float]:
+        """Round trips (seconds) of this process's recent syncs with the state store (none if its
+        decisions come from the selector)."""
+        with self._cond:
+            return self.decider.store_latencies()
+
     def check_nodes(self) -> List[str]:
         """Stop deciding for nodes that died (``on_dead`` then moves their slots). Returns the newly dead."""
         if self._alive_nodes is None:
@@ -322,6 +343,8 @@ class Router:
             if time.monotonic() >= self._next_node_check:
                 self._next_node_check = time.monotonic() + self.NODE_CHECK_S
                 self.check_nodes()
+                if self.monitor is not None:
+                    self._ping()
             if self._metrics_every and self.monitor is not None and time.monotonic() >= self._next_metrics:
                 self._next_metrics = time.monotonic() + self._metrics_every
                 self.monitor.export(self)

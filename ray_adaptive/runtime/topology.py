@@ -156,6 +156,14 @@ def join(policy_name: str) -> Optional[Topology]:
     return Topology(cfg["plan"], specs, cfg["nodes"], cfg["slots"], cfg["t0"], store, selector)
 
 
+def _ping(actor, timeout: float) -> float:
+    import ray
+
+    start = time.perf_counter()
+    ray.get(actor.ping.remote(), timeout=timeout)
+    return time.perf_counter() - start
+
+
 class LocalDecider:
     """Decisions in this process (a decentralized scheduler): a replica of State, synced through the store."""
 
@@ -218,6 +226,14 @@ class LocalDecider:
 
     def decision_latencies(self) -> List[float]:
         return list(self.sched.decision_s)
+
+    def ping(self, timeout: float = 1.0) -> float:
+        """Round trip (seconds) of an empty call to the actor this process's scheduler talks to."""
+        return _ping(self._m.store, timeout)
+
+    def store_latencies(self) -> List[float]:
+        """Round trips of this process's recent syncs with the state store (seconds)."""
+        return list(self._m.sync_s)
 
     @property
     def pending(self) -> int:
@@ -406,6 +422,13 @@ class RemoteDecider:
         with self._cond:
             local = list(self._local_latencies)
         return ray.get(self._selector.decision_latencies.remote()) + local
+
+    def ping(self, timeout: float = 1.0) -> float:
+        """Round trip (seconds) of an empty call to the selector."""
+        return _ping(self._selector, timeout)
+
+    def store_latencies(self) -> List[float]:
+        return []  # the selector's clients never sync with the store
 
     @property
     def pending(self) -> int:
