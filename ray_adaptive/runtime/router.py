@@ -283,12 +283,12 @@ class Router:
         return bool(finished)
 
     def _ping(self) -> None:
-        """Time one empty call to the actor the decider talks to (the store or the selector): the
-        message latency between actors, as the compiler's latency model calls it (``message_s``)."""
+        """Time an empty call to the actor the decider talks to (the store or the selector): the
+        latency between this process and it, a round trip (recorded when the answer comes)."""
         try:
-            self._message_s.append(self.decider.ping())
+            self.decider.ping(self._message_s.append)
         except Exception:
-            pass  # slower than the timeout, or gone: nothing to record
+            pass  # the actor is gone (shutdown): nothing to time
 
     def message_latencies(self) -> List[float]:
         """Round trips (seconds) of the recent pings to the actor the decider talks to, one per

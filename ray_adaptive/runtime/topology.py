@@ -156,12 +156,16 @@ def join(policy_name: str) -> Optional[Topology]:
     return Topology(cfg["plan"], specs, cfg["nodes"], cfg["slots"], cfg["t0"], store, selector)
 
 
-def _ping(actor, timeout: float) -> float:
-    import ray
-
+def _ping(actor, record: Callable[[float], None]) -> None:
+    """Call ``actor.ping`` and, when it answers, ``record`` the round trip (seconds). Never waits:
+    an actor slow to answer delays nothing but its own figure."""
     start = time.perf_counter()
-    ray.get(actor.ping.remote(), timeout=timeout)
-    return time.perf_counter() - start
+
+    def answered(future) -> None:
+        if future.exception() is None:
+            record(time.perf_counter() - start)
+
+    actor.ping.remote().future().add_done_callback(answered)
 
 
 class LocalDecider:
@@ -227,9 +231,9 @@ class LocalDecider:
     def decision_latencies(self) -> List[float]:
         return list(self.sched.decision_s)
 
-    def ping(self, timeout: float = 1.0) -> float:
-        """Round trip (seconds) of an empty call to the actor this process's scheduler talks to."""
-        return _ping(self._m.store, timeout)
+    def ping(self, record: Callable[[float], None]) -> None:
+        """Time an empty call to the actor this process's scheduler talks to (the store); see :func:`_ping`."""
+        _ping(self._m.store, record)
 
     def store_latencies(self) -> List[float]:
         """Round trips of this process's recent syncs with the state store (seconds)."""
@@ -423,9 +427,9 @@ class RemoteDecider:
             local = list(self._local_latencies)
         return ray.get(self._selector.decision_latencies.remote()) + local
 
-    def ping(self, timeout: float = 1.0) -> float:
-        """Round trip (seconds) of an empty call to the selector."""
-        return _ping(self._selector, timeout)
+    def ping(self, record: Callable[[float], None]) -> None:
+        """Time an empty call to the selector; see :func:`_ping`."""
+        _ping(self._selector, record)
 
     def store_latencies(self) -> List[float]:
         return []  # the selector's clients never sync with the store
