@@ -75,7 +75,7 @@ class RouterStats:
 class Router:
     """This process's submissions of one policy (see the module doc)."""
 
-    NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes
+    NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes (and, with a monitor, pings its actor)
     TICK_S = 0.005  # the dispatcher's period: heartbeats of a waiting decider, harvests nobody made, deadlines
     FRESH_S = 0.005  # a decision sees every completion older than this: older views are harvested first
     IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
