@@ -314,6 +314,28 @@ def test_a_caller_waiting_for_room_held_elsewhere_does_not_spin_the_dispatcher(r
     assert waited >= 1.4 and cpu_s() - before < 0.3 * waited
 
 
+def test_a_failed_dispatcher_fails_the_waiting_tasks_instead_of_losing_them(running):
+    """A bug that ends the dispatcher thread must not leave callers waiting forever: every task not
+    launched fails with the cause, and later submissions are refused; launched tasks still run."""
+    rt = running("least_loaded", queue=0)
+    fn = ra.policy("least_loaded")(where)
+    running_refs = [fn.remote(i, 1.0) for i in range(8)]  # every slot busy for 1 s
+    waiting = [fn.submit(i) for i in range(8, 12)]
+    decider = rt.router.decider
+
+    def broken_tick():
+        raise ZeroDivisionError("a bug in the decider")
+
+    decider.tick = broken_tick  # the dispatcher thread calls it on its next round
+    for f in waiting:
+        with pytest.raises(RuntimeError, match="dispatcher of policy 'least_loaded' failed.*a bug in the decider"):
+            f.result(timeout=10)
+    with pytest.raises(RuntimeError, match="failed .*restart the policy"):
+        fn.remote("later")
+    assert sorted(x for x, _, _ in ray.get(running_refs, timeout=30)) == list(range(8))
+    del decider.tick
+
+
 def test_which_plans_lease_their_selector_and_what_the_holder_runs():
     """(No cluster.) The holder runs the whole policy; a hybrid whose placements keep State never leases."""
     import dataclasses

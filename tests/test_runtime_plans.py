@@ -210,6 +210,45 @@ def test_tasks_submitted_from_other_processes_join_the_runtime(drf, plan):
         ray.kill(s)
 
 
+def test_a_lone_process_syncs_rarely_until_another_process_brings_news(ray_cluster):
+    """Decentralized, no State to merge: syncs that bring nothing new back off to QUIET_S; the
+    loads of a second submitting process bring the plan's period back."""
+    from ray_adaptive.runtime.actors import _Member
+
+    rt = ra.start("least_loaded", plan="decentralized", executors=1, queue=2)
+    try:
+        fn = ra.policy("least_loaded")(work)
+        member = rt.router.decider._m
+
+        def pushes_while_streaming(seconds: float) -> int:
+            before, refs, end = member.pushes, [], time.monotonic() + seconds
+            while time.monotonic() < end:
+                refs.append(fn.remote(len(refs), 0.005))
+            assert [x for x, _, _ in ray.get(refs)] == list(range(len(refs)))
+            return member.pushes - before
+
+        alone = pushes_while_streaming(1.5)  # a sync due every 10 ms: ~150 without the back-off
+        assert 3 <= alone <= 30, alone  # (measured: 44 without the back-off, 19 with it)
+
+        @ray.remote(num_cpus=0)
+        class Submitter:
+            def stream(self, seconds):
+                f, refs, end = ra.policy("least_loaded")(work), [], time.monotonic() + seconds
+                while time.monotonic() < end:
+                    refs.append(f.remote(len(refs), 0.005))
+                return len(ray.get(refs))
+
+        sub = Submitter.remote()
+        busy = sub.stream.remote(4.0)
+        time.sleep(1.0)  # it has joined and is submitting: its loads change at every sync
+        together = pushes_while_streaming(1.5)
+        assert ray.get(busy, timeout=60) > 0
+        ray.kill(sub)
+        assert together >= alone + 10, (alone, together)  # (measured: 19 alone, 49 together)
+    finally:
+        ra.shutdown("least_loaded")
+
+
 @pytest.mark.parametrize("plan", ["centralized", "hybrid"])
 def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arrives(drf, plan):
     rt = drf(plan, queue=0)  # 4 slots

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+import logging
 import math
+from collections import deque
 import threading
 import time
 from concurrent.futures import Future
@@ -105,6 +106,7 @@ class Router:
         self._expired = 0  # tasks dropped at their deadline that the scheduler has not reached yet
         self._message_s: deque = deque(maxlen=10_000)  # round trips of the pings to the decider's actor
         self._closed = False
+        self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
         decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
         self._thread.start()
@@ -152,6 +154,9 @@ class Router:
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
+            if self._failed is not None:
+                raise RuntimeError(f"the dispatcher of policy {self.policy.name!r} failed ({self._failed!r}); "
+                                   f"restart the policy") from self._failed
             now = self.now()
             state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
             task = _Task(state, launch, future)
@@ -316,9 +321,27 @@ class Router:
         return dead
 
     def _run(self) -> None:
-        """The dispatcher thread: completions while tasks wait here or the last harvest is stale;
-        heartbeats of a waiting local decider; deadlines; every NODE_CHECK_S, dead nodes. Ends
-        once closed with nothing running, or when Ray was shut down under it."""
+        """The dispatcher thread (see :meth:`_dispatch`). Should it fail, every task not launched
+        yet fails with the cause, and so does every later submission: none waits forever."""
+        try:
+            self._dispatch()
+        except BaseException as err:
+            self._fail(err)
+
+    def _fail(self, err: BaseException) -> None:
+        logging.getLogger(__name__).error("the dispatcher of policy %r failed", self.policy.name, exc_info=err)
+        with self._cond:
+            self._failed = err
+            left = [t for t in self._tasks.values() if not t.launched and t.error is None]
+            for t in left:
+                t.error = RuntimeError(f"the dispatcher of policy {self.policy.name!r} failed ({err!r}) "
+                                       f"before task {t.state.id} was launched")
+        self._tell(left)
+
+    def _dispatch(self) -> None:
+        """Completions while tasks wait here or the last harvest is stale; heartbeats of a waiting
+        local decider; deadlines; every NODE_CHECK_S, dead nodes. Ends once closed with nothing
+        running, or when Ray was shut down under it."""
         import ray
 
         while ray.is_initialized():

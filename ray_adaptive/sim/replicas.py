@@ -26,12 +26,26 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
-__all__ = ["DeltaLog", "merge_into", "copy_state"]
+__all__ = ["DeltaLog", "merge_into", "copy_state", "same_state"]
 
 
 def copy_state(state: Mapping[str, Any]) -> dict:
     """A copy whose maps can change without touching ``state`` (values are never mutated in place)."""
     return {k: (dict(v) if isinstance(v, dict) else v) for k, v in state.items()}
+
+
+def same_state(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two States hold equal values (vecs compared element-wise, maps key by key)."""
+
+    def same(x, y) -> bool:
+        if isinstance(x, dict) or isinstance(y, dict):
+            return (isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys()
+                    and all(same(x[k], y[k]) for k in x))
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            return np.array_equal(x, y)
+        return x == y
+
+    return same(dict(a), dict(b))
 
 
 def _combine(kind: str, old, new):

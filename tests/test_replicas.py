@@ -1,0 +1,30 @@
+"""Replicated State helpers: what a replica pushes, how the store merges it, and comparing States."""
+
+import numpy as np
+
+from ray_adaptive.sim.replicas import DeltaLog, merge_into, same_state
+
+
+def test_a_replica_pushes_its_changes_and_the_store_merges_them():
+    log = DeltaLog({"alloc": "add", "peak": "max"})
+    state = {"alloc": {"a": 1.0}, "peak": np.array([1.0, 2.0])}
+    before = log.snapshot(state)
+    state["alloc"] = {"a": 3.0, "b": 1.0}
+    state["peak"] = np.array([0.5, 4.0])
+    log.record(before, state)
+    store = {"alloc": {"a": 10.0}, "peak": np.array([2.0, 1.0])}
+    merge_into(store, log.take(), log.merge)
+    assert store["alloc"] == {"a": 12.0, "b": 1.0}
+    assert store["peak"].tolist() == [2.0, 4.0]
+    assert not log
+
+
+def test_same_state_compares_vecs_element_wise_and_maps_key_by_key():
+    a = {"usage": {"t1": np.array([1.0, 2.0])}, "n": 3, "v": np.array([1, 2])}
+    assert same_state(a, {"usage": {"t1": np.array([1.0, 2.0])}, "n": 3, "v": np.array([1, 2])})
+    assert not same_state(a, {**a, "usage": {"t1": np.array([1.0, 2.5])}})
+    assert not same_state(a, {**a, "usage": {"t2": np.array([1.0, 2.0])}})
+    assert not same_state(a, {**a, "v": np.array([1, 2, 3])})
+    assert not same_state(a, {**a, "n": 4})
+    assert not same_state(a, {"n": 3})
+    assert same_state({}, {})
