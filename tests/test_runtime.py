@@ -63,16 +63,19 @@ def test_every_task_runs_exactly_once(running):
 
 
 def test_drf_lb_gives_backlogged_tenants_equal_service(running):
-    running("drf_lb", executors=1, queue=0)  # 4 tasks at a time
+    running("drf_lb", executors=1, queue=0)  # 4 slots, 4 tenants: DRF's equal shares are one slot each
     fn = ra.policy("drf_lb")(where)
     futures = []
-    for i in range(48):  # greedy submits 3x the others, and first
-        tenant = "greedy" if i < 24 else ("a" if i % 2 else "b")
+    for i in range(72):  # greedy submits 3x each other tenant, and first
+        tenant = "greedy" if i < 36 else "abc"[i % 3]
         futures.append((tenant, fn.options(task={"tenant": tenant, "resource_vec": VEC}).submit(i, 0.05)))
     out = [(tenant, ray.get(f.result(timeout=60))) for tenant, f in futures]
-    first = sorted(out, key=lambda o: o[1][2])[:36]  # the first 36 to start: a and b still backlogged
-    served = collections.Counter(tenant for tenant, _ in first)
-    assert max(served.values()) - min(served.values()) <= 3, served  # FIFO would be 24 greedy, 12 others
+    starts = [tenant for tenant, _ in sorted(out, key=lambda o: o[1][2])]
+    # (with 3 tenants on 4 slots one tenant holds 2, and the tie rule -- earlier arrival -- gives
+    # them to greedy every time: 18 of 36, the policy's due, and no test of fairness)
+    served = collections.Counter(starts[4:40])  # all four backlogged; FIFO would serve greedy 32
+    assert set(served) == {"greedy", "a", "b", "c"}
+    assert max(served.values()) - min(served.values()) <= 3, (served, starts)
 
 
 def test_zone_affinity_places_only_on_matching_nodes(running, ray_cluster):

@@ -94,13 +94,15 @@ class _Member:
     store's answer on a later refresh, once it has come. What this replica
     changed meanwhile rides on top of the merged State it gets back.
 
-    A sync that brought no news -- this replica sent no State change, and the
-    others' loads and the merged State came back as the last time -- doubles
-    the period, up to ``QUIET_S``; any news restores the plan's period. A
-    process submitting alone thus syncs ten times a second, not a hundred:
-    each sync cost the store actor about 0.6 ms of CPU, 45-50 us per task of
-    a lone driver's loop on 2 cores, taken from the workers. Another
-    process's first tasks reach this one's view within ``QUIET_S``.
+    A sync that brought no news -- the others' loads came back as the last
+    time, and the merged State as the last time plus this replica's own push
+    -- doubles the period, up to ``QUIET_S``; any news restores the plan's
+    period. A process submitting alone thus syncs ten times a second, not a
+    hundred: each sync cost the store actor about 0.6 ms of CPU, 45-55 us
+    per task of a lone driver's loop on 2 cores, taken from the workers. A
+    process that starts submitting is news to the others at its first sync;
+    until their next one (within ``QUIET_S``), it sees their State and loads
+    as they last pushed them.
     """
 
     QUIET_S = 0.1  # the longest period between syncs while they bring no news
@@ -110,12 +112,15 @@ class _Member:
         self.floor_s = floor_s  # the shortest period between syncs, whatever the plan says
         self._next = 0.0
         self._inflight = None  # Future of the store's answer to the last push
-        self._sent_change = False  # the last push carried a State change of this replica
+        self._sent: dict = {}  # the State changes of this replica the last push carried
         self._seen: Optional[tuple] = None  # (merged State, others' loads) of the last answer
         self.pushes = 0
         self.sync_s: deque = deque(maxlen=10_000)  # round trips of the recent syncs (seconds)
-        periods = [p for p in (spec.sync_s, spec.heartbeat_s, 1.0) if p > 0]
-        self._base = max(min(periods) if spec.merge or spec.heartbeat_s else 0.0, floor_s)
+        # one call carries both the others' loads (every heartbeat_s) and State (every sync_s, if
+        # replicated): the shorter period; 0 is before every decision batch (exact loads, or a
+        # State synced per decision)
+        periods = [spec.heartbeat_s] + ([spec.sync_s] if spec.merge else [])
+        self._base = max(min(periods), floor_s)
         self._period = self._base
 
     def due(self) -> bool:
@@ -132,7 +137,7 @@ class _Member:
         if want and self.due():
             log = self.sched.log
             delta = log.take() if log is not None else {}
-            self._sent_change = bool(delta)
+            self._sent = delta
             sent = time.perf_counter()
             self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding()).future()
             # timed when the answer lands (on Ray's thread), not when a later refresh applies it
@@ -148,8 +153,12 @@ class _Member:
             state, others = answer.result()
         except Exception:  # the store is gone (shutdown): keep the view we have
             return
-        news = (self._sent_change or self._seen is None or others != self._seen[1]
-                or not same_state(state, self._seen[0]))
+        if self._seen is None or others != self._seen[1]:
+            news = True
+        else:  # the others pushed no State change: the store merged this replica's push only
+            expected = copy_state(self._seen[0])
+            merge_into(expected, self._sent, self.spec.merge)
+            news = not same_state(state, expected)
         if news:
             self._period = self._base
         elif self._base > 0:  # (a member syncing before every batch keeps doing so: the plan's choice)
