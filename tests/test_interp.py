@@ -112,3 +112,91 @@ def test_vectorised_scores_equal_pairwise_scores(loads, zones, keys, homes, weig
         matrix = it.score_matrix(tasks, node_list)
         pairwise = np.array([[it.score(t, n) for n in node_list] for t in tasks])
         np.testing.assert_array_equal(matrix, pairwise, err_msg=name)
+
+
+_RICH_HOOKS = """
+Task:
+  tenant: string
+  vec: vec<float>
+  n: int
+  w: float
+  urgent: bool
+  tags: map<string, int>
+
+Node:
+  zone: string
+
+State:
+  alloc: map<string, vec<float>>
+  count: map<string, int>
+  last: map<string, string>
+  total: float
+  peak: vec<float> = [0.0, 0.0, 0.0]
+  ratio: float
+
+Score(task, node):
+  return get_load(node)
+
+OnArrival(task):
+  count[task.tenant] += task.n if task.urgent else 1
+  if len(task.tags) > 1 and task.tags["a"] >= 0:
+    total += 1
+  else:
+    total -= task.w
+
+OnDispatch(task, node):
+  share = max(alloc[task.tenant] / [1.5, 2.0, 1.0])
+  alloc[task.tenant] += task.vec * task.w
+  peak = [max(peak[0], task.vec[0]), max(peak[1], task.vec[1]), max(peak[2], task.vec[2])]
+  ratio = task.w / task.n + share
+  if node.zone == "x" and not task.urgent:
+    last[task.tenant] = node.id + "/" + node.zone
+  elif get_load(node) % 2 == 1:
+    count[node.id] = node.index * 10 + node.executors - task.n % 3
+  total += sum(task.vec) + len(task.vec) + abs(task.w) + sqrt(abs(task.w)) - min(task.n, node.queue)
+
+OnFinish(task, node):
+  alloc[task.tenant] -= task.vec * task.w
+  count[task.tenant] -= 1
+"""
+
+
+def _run_hook_on_lanes(it, name, task, node):
+    """The hook through (1, 1) arrays, as before hooks read one lane as scalars (the reference)."""
+    from ray_adaptive.dsl.interp import _Env
+
+    env = _Env([task], [node] if node is not None else [], it.state, 0.0, it.num_nodes, lanes=True)
+    with np.errstate(all="ignore"):
+        it._hooks[name](env, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(
+    st.sampled_from(["OnArrival", "OnDispatch", "OnFinish"]),
+    st.sampled_from(["a", "b"]),
+    st.lists(st.sampled_from([0.0, 0.1, 0.5, 2.0]), min_size=3, max_size=3),
+    st.integers(-2, 4),  # n (0: division by zero)
+    st.sampled_from([-1.0, 0.0, 0.25, 3.0]),  # w
+    st.booleans(),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(-1, 2), max_size=3),
+    st.integers(0, 3),  # node index (and load)
+), min_size=1, max_size=12))
+def test_hooks_on_scalars_equal_hooks_on_lanes(steps):
+    """A hook reads its one task and node as scalars; every shipped policy's hooks, and one using
+    every construct, leave exactly the State they leave when run over (1, 1) arrays."""
+    from ray_adaptive.dsl import shipped_policies
+    from ray_adaptive.sim.replicas import same_state
+
+    policies = [parse_policy(_RICH_HOOKS)] + [load_policy(n) for n in shipped_policies()]
+    nodes = [N(f"n{i}", i, load=i, executors=1 + i % 2, queue=2, zone="xy"[i % 2]) for i in range(4)]
+    for p in [q for q in policies if q.hooks]:
+        scalar, lanes = Interpreter(p, num_nodes=4), Interpreter(p, num_nodes=4)
+        for k, (hook, tenant, vec, n, w, urgent, tags, i) in enumerate(steps):
+            if p.hook(hook) is None:
+                continue
+            t = T(f"t{k}", float(k), tenant=tenant, vec=vec, n=n, w=w, urgent=urgent, tags=tags, key=tenant,
+                  weight=w, cost=abs(w), resource_vec=vec)
+            node = None if hook == "OnArrival" else nodes[i]
+            scalar.run_hook(hook, t, node)
+            _run_hook_on_lanes(lanes, hook, t, node)
+            assert same_state(scalar.state, lanes.state), (p.name, hook, scalar.state, lanes.state)

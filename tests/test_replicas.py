@@ -28,3 +28,6 @@ def test_same_state_compares_vecs_element_wise_and_maps_key_by_key():
     assert not same_state(a, {**a, "n": 4})
     assert not same_state(a, {"n": 3})
     assert same_state({}, {})
+    nan = float("nan")
+    assert same_state({"x": nan, "v": np.array([nan, 1.0])}, {"x": nan, "v": np.array([nan, 1.0])})
+    assert not same_state({"x": nan}, {"x": 1.0})

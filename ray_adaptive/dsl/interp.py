@@ -81,6 +81,7 @@ class _Env:
     columns: dict = field(default_factory=dict)
     ret: Any = None
     done: Any = False
+    lanes: bool = True  # False: one task and one node, read as scalars (a hook), not (T, N) arrays
 
 
 def _is_array(x) -> bool:
@@ -169,6 +170,17 @@ class _Compiler:
         dtype = {"int": np.int64, "float": float, "bool": bool}[t.kind]
         return np.asarray(values, dtype=dtype).reshape(shape)
 
+    @staticmethod
+    def _scalar(value, t: ir.Type):
+        """One lane's value, as the (1, 1) column would hold it, without the array: the closures
+        take scalars as they take constants, and a hook's few operations on them cost a fraction
+        of the same operations on arrays."""
+        if t.kind == "vec":
+            return np.array(value, dtype=float if t.elem.kind == "float" else np.int64).reshape(-1)
+        if t.kind in ("string", "map"):
+            return value
+        return {"int": np.int64, "float": np.float64, "bool": np.bool_}[t.kind](value)
+
     def _task_column(self, env: _Env, name: str, t: ir.Type):
         tasks = env.tasks
         if name == "id":
@@ -177,6 +189,8 @@ class _Compiler:
             values = [x.arrival for x in tasks]
         else:
             values = [x.fields[name] for x in tasks]
+        if not env.lanes and len(values) == 1:
+            return self._scalar(values[0], t)
         return self._column(values, t, (len(tasks), 1), f"task field '{name}'", [x.id for x in tasks])
 
     def _node_column(self, env: _Env, name: str, t: ir.Type):
@@ -185,6 +199,8 @@ class _Compiler:
             values = [getattr(n, name) for n in nodes]
         else:
             values = [n.fields[name] for n in nodes]
+        if not env.lanes and len(values) == 1:
+            return self._scalar(values[0], t)
         return self._column(values, t, (1, len(nodes)), f"node field '{name}'", [n.id for n in nodes])
 
     def _index(self, e: ir.Index):
@@ -557,7 +573,7 @@ class Interpreter:
         hook = self._hooks.get(name)
         if hook is None:
             return
-        env = _Env([task], [node] if node is not None else [], self.state, now, self.num_nodes)
+        env = _Env([task], [node] if node is not None else [], self.state, now, self.num_nodes, lanes=False)
         with np.errstate(all="ignore"):
             hook(env, None)
 

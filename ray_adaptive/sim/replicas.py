@@ -35,15 +35,17 @@ def copy_state(state: Mapping[str, Any]) -> dict:
 
 
 def same_state(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two States hold equal values (vecs compared element-wise, maps key by key)."""
+    """Whether two States hold equal values (vecs compared element-wise, maps key by key; NaN
+    equals NaN: a value, not a difference)."""
 
     def same(x, y) -> bool:
         if isinstance(x, dict) or isinstance(y, dict):
             return (isinstance(x, dict) and isinstance(y, dict) and x.keys() == y.keys()
                     and all(same(x[k], y[k]) for k in x))
         if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-            return np.array_equal(x, y)
-        return x == y
+            x, y = np.asarray(x), np.asarray(y)
+            return np.array_equal(x, y, equal_nan=x.dtype.kind == "f" and y.dtype.kind == "f")
+        return x == y or (isinstance(x, float) and isinstance(y, float) and x != x and y != y)
 
     return same(dict(a), dict(b))
 
