@@ -187,6 +187,17 @@ def test_tenant_workload_rates_clients_and_durations():
         Tenant("x", 1.0, arrivals="uniform")
 
 
+
+def test_bursty_arrivals_never_start_before_zero():
+    """A burst starting in the first 0.5 ms once put its first task before 0, and the scenario was
+    refused ('arrival' must be >= 0): release_tests/agreement_compiler.py --smoke-test failed so."""
+    from ray_adaptive.sim.scenario import scenario_from_dict
+
+    for seed in range(20):
+        sc = tenant_workload([Tenant("x", 5000, arrivals="bursty", burst=10)], seconds=0.2, nodes=4, seed=seed)
+        assert min(t["arrival"] for t in sc["tasks"]) >= 0.0
+        scenario_from_dict(sc)
+
 # ------------------------------------------------------------------- traces
 
 @pytest.mark.parametrize("ext", ["csv", "parquet"])
