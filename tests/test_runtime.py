@@ -356,3 +356,25 @@ def test_which_plans_lease_their_selector_and_what_the_holder_runs():
     assert not plan["hybrid"].local_state and hybrid.program is plan["hybrid"].policy
     assert hybrid.hooks and not hybrid.pool and not hybrid.fifo  # the whole policy over every node
     assert lease_spec(dataclasses.replace(plan["hybrid"], local_state=True)) is None
+
+
+def test_every_role_scores_with_the_compilers_split():
+    """(No cluster.) Each role gets the split of the Score it runs, and its scheduler scores by parts."""
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.runtime.actors import make_scheduler
+    from ray_adaptive.runtime.plan_select import runnable, select_plan
+    from ray_adaptive.runtime.roles import lease_spec, role_specs
+    from ray_adaptive.sim.scoring import SplitScoring
+
+    policy = load_policy("drf_lb")
+    nodes = [{"id": f"n{i}", "index": i, "executors": 1, "queue": 0, "resources": {}, "fields": {}} for i in range(4)]
+    for arch in ("centralized", "decentralized", "hybrid"):
+        plan = runnable(policy, select_plan(policy, arch, nodes=4, executors=1, queue=0)[0], 4)
+        specs = role_specs(plan)
+        expected = {"selector": plan.task_split if arch == "hybrid" else plan.split,
+                    "schedulers": plan.node_split if arch == "hybrid" else plan.split}
+        for role, spec in specs.items():
+            assert spec.split is not None and spec.split == expected[role], (arch, role)
+            assert isinstance(make_scheduler(spec, nodes)._scoring, SplitScoring), (arch, role)
+        if arch != "decentralized":
+            assert lease_spec(plan).split == plan.split

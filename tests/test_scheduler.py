@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from ray_adaptive.compiler.units import score_split
 from ray_adaptive.dsl import load_policy, shipped_policies
 from ray_adaptive.runtime import scheduler as S
 from ray_adaptive.runtime.scheduler import NodeState, Scheduler, TaskState
@@ -32,9 +33,9 @@ def _nodes(policy):
     return [NodeState(f"n{i}", i, 2, 1, {"CPU": 2.0}, dict(fields)) for i in range(4)]
 
 
-def _run(policy, grouped: bool, seed: int):
+def _run(policy, grouped: bool, seed: int, split=None):
     """Arrivals in bursts, finishes in between, a cancellation: the decisions in order."""
-    sched = Scheduler(policy, _nodes(policy))
+    sched = Scheduler(policy, _nodes(policy), split=split)
     if not grouped:  # the reference: every pending task scored at every decision
         sched._pending = S._Pending(False, None)
     rng, decided, running = random.Random(seed), [], []
@@ -60,6 +61,26 @@ def test_grouped_decisions_are_the_full_matrix_decisions(policy):
     p = load_policy(policy)
     for seed in range(3):
         assert _run(p, True, seed) == _run(p, False, seed)
+
+
+_SPLITTING = [n for n in shipped_policies() if score_split(load_policy(n)) is not None]
+
+
+def test_most_shipped_scores_split():
+    assert {"drf_lb", "least_loaded", "fifo"} <= set(_SPLITTING), _SPLITTING
+
+
+@pytest.mark.parametrize("policy", _SPLITTING)
+def test_split_scoring_decides_as_the_matrix(policy):
+    """A Score the compiler splits into T(task) op N(node) is scored part by part, each value
+    remembered while what it reads is unchanged: the same decisions, State and queue."""
+    from ray_adaptive.sim.scoring import SplitScoring
+
+    p = load_policy(policy)
+    split = score_split(p)
+    assert isinstance(Scheduler(p, _nodes(p), split=split)._scoring, SplitScoring)
+    for seed in range(3):
+        assert _run(p, True, seed, split=split) == _run(p, True, seed)
 
 
 def test_a_backlog_scores_one_row_per_group():

@@ -32,7 +32,7 @@ def make_scheduler(spec: RoleSpec, nodes: Sequence[Mapping], seed: int = 0) -> S
     if spec.pool:
         views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
     return Scheduler(spec.program, views, hooks=spec.hooks, fifo=spec.fifo, sample_d=spec.sample_d,
-                     merge=spec.merge, seed=seed, num_nodes=len(nodes))
+                     merge=spec.merge, seed=seed, num_nodes=len(nodes), split=spec.split)
 
 
 class StateStore:

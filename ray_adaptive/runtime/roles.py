@@ -22,6 +22,7 @@ from typing import Dict, Optional
 
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.sim.plans import SimPlan
+from ray_adaptive.sim.scoring import ScoreSplit
 
 __all__ = ["RoleSpec", "role_specs", "lease_spec"]
 
@@ -38,6 +39,7 @@ class RoleSpec:
     merge: Optional[Dict[str, str]] = None  # replicated State: how pushed changes merge
     sync_s: float = 0.0  # push changes / pull State every sync_s (0: before every decision batch)
     heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
+    split: Optional[ScoreSplit] = None  # the compiler's proof that ``program``'s Score is T(task) op N(node)
 
 
 def role_specs(plan: SimPlan) -> Dict[str, RoleSpec]:
@@ -47,16 +49,17 @@ def role_specs(plan: SimPlan) -> Dict[str, RoleSpec]:
     merge = {v: rule for v, rule in plan.merge} or None
     sync_s = plan.sync.period_s if plan.sync.kind == "periodic" else 0.0
     if plan.architecture == "centralized":
-        return {"selector": RoleSpec(plan.policy, sample_d=d)}
+        return {"selector": RoleSpec(plan.policy, sample_d=d, split=plan.split)}
     if plan.architecture == "decentralized":
-        return {"schedulers": RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat)}
+        return {"schedulers": RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat,
+                                       split=plan.split)}
     # hybrid: the selector keeps the exact State the task part reads; the placement schedulers
     # keep a replica only when their node part reads State hooks change (plan.local_state)
     local = plan.local_state
     return {
-        "selector": RoleSpec(plan.task_policy, pool=True),
+        "selector": RoleSpec(plan.task_policy, pool=True, split=plan.task_split),
         "schedulers": RoleSpec(plan.node_policy, hooks=local, fifo=True, sample_d=d, merge=merge if local else None,
-                               sync_s=sync_s, heartbeat_s=heartbeat),
+                               sync_s=sync_s, heartbeat_s=heartbeat, split=plan.node_split),
     }
 
 
@@ -75,4 +78,4 @@ def lease_spec(plan: SimPlan) -> Optional[RoleSpec]:
         return specs["selector"]
     if plan.local_state:
         return None
-    return RoleSpec(plan.policy, sample_d=specs["schedulers"].sample_d)
+    return RoleSpec(plan.policy, sample_d=specs["schedulers"].sample_d, split=plan.split)

@@ -19,7 +19,11 @@ submitting process, the selector actor, a placement actor on a node; see
 
 Decisions use the reference interpreter and tie rules (earlier arrival,
 then task id, then node order), so a scheduler that sees everything decides
-exactly as the ideal scheduler of the simulator. As there, a task still
+exactly as the ideal scheduler of the simulator -- and with its scoring: a
+Score the compiler split into ``T(task) op N(node)`` (``split``) is scored
+part by part, each value remembered while what it reads is unchanged
+(:class:`~ray_adaptive.sim.scoring.SplitScoring`, bit-for-bit the matrix's),
+so a least-loaded decision is a few dictionary look-ups. As there, a task still
 pending at its ``deadline`` is dropped, with no hook run: :meth:`Scheduler.decide`
 returns it with ``node`` None, and never places it (placed, it would hold a
 slot for nothing until its process saw it was late).
@@ -35,10 +39,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ray_adaptive.dsl.interp import Interpreter, argmin_pair
+from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.sim.replicas import DeltaLog, copy_state
-from ray_adaptive.sim.scoring import group_key
+from ray_adaptive.sim.scoring import ScoreSplit, group_key, scoring_for
 
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 
@@ -209,7 +213,8 @@ class Scheduler:
     """Pending queue + program + State + node view (see the module doc)."""
 
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
-                 sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0):
+                 sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
+                 split: Optional[ScoreSplit] = None):
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
@@ -220,6 +225,8 @@ class Scheduler:
         self._rng = random.Random(seed)
         reads = task_attributes_read(program.score)
         self._pending = _Pending(fifo, None if "arrival" in reads else group_key(program.score))
+        # (a split part's values are remembered by task group; a Score reading task.id: by task)
+        self._scoring = scoring_for(program, split, False, group_key(program.score) or (lambda t: t.id))
         self.running: Dict[str, TaskState] = {}  # decided, not finished
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
 
@@ -267,7 +274,7 @@ class Scheduler:
             if not candidates:
                 break
             rows = self._pending.rows()
-            pick = argmin_pair(self.interp.score_matrix(rows, candidates, now))
+            pick = self._scoring.scores(self.interp, rows, candidates, now).argmin()
             if pick is None:
                 break
             i, j = pick
