@@ -98,7 +98,7 @@ class _Member:
     time, and the merged State as the last time plus this replica's own push
     -- doubles the period, up to ``QUIET_S``; any news restores the plan's
     period. A process submitting alone thus syncs ten times a second, not a
-    hundred: each sync cost the store actor about 0.6 ms of CPU, 45-55 us
+    hundred: each sync cost the store actor about 0.6 ms of CPU, 50-57 us
     per task of a lone driver's loop on 2 cores, taken from the workers. A
     process that starts submitting is news to the others at its first sync;
     until their next one (within ``QUIET_S``), it sees their State and loads
