@@ -206,6 +206,8 @@ def test_many_names_in_one_batch(ray_cluster):
     assert all(state[n]["total"] == 1 for n in names)
     assert ray.get(where.options(resources={"t_many_1199": 1}).remote()) == node
     set_resources({n: 0 for n in names}, node)
+    # (the task's leased worker may still hold its t_many_1199 unit: that one goes once released)
+    assert wait_for_pending(10)
     state = get_cluster_state([node])[node]
     assert not any(n.startswith("t_many_") for n in state)
 
