@@ -23,11 +23,10 @@ import heapq
 import itertools
 import logging
 import math
-from collections import deque
 import threading
 import time
-from concurrent.futures import Future
-from concurrent.futures import CancelledError
+from collections import deque
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
