@@ -289,7 +289,8 @@ def test_a_lone_submitter_leases_the_selector_and_hands_it_back_when_another_arr
 
 
 def test_a_hybrid_selector_tells_the_placements_where_the_tasks_it_took_back_run(drf):
-    """Tasks the lease holder placed reach no placement scheduler: the selector reports their loads."""
+    """Tasks the lease holder placed reach no placement scheduler: the selector counts them in the loads it
+    sends the placements, until they finish."""
     rt = drf("hybrid", queue=0)  # 4 slots, one per node
 
     @ray.remote(num_cpus=0)
@@ -315,11 +316,36 @@ def test_a_hybrid_selector_tells_the_placements_where_the_tasks_it_took_back_run
     busy = {n for _, n, _ in ray.get(long)}
     assert len(busy) == 3 and node not in busy
     ray.kill(sub)
-    store = rt.topology.store
+    selector = rt.topology.selector
     deadline = time.monotonic() + 10
-    while sum(ray.get(store.stats.remote())["outstanding"].values()) and time.monotonic() < deadline:
+    while ray.get(selector.stats.remote())["loads"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sum(ray.get(store.stats.remote())["outstanding"].values()) == 0  # and forgotten once finished
+    assert ray.get(selector.stats.remote())["loads"] == {}  # and forgotten once finished
+
+
+def test_hybrid_placements_see_every_node_as_taken_as_it_is(drf):
+    """With two submitting processes (no lease), tasks go selector -> placement schedulers, each
+    placing on the loads the selector counted: no node gets more than its slots, and a node's room is
+    not counted twice (its own tasks and the others'), so every slot fills."""
+    rt = drf("hybrid", queue=1)  # 4 nodes x (1 executor + 1 queued) = 8 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def run(self, tenant, n):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
+            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.4) for i in range(n)]])]
+
+    subs = [Submitter.remote() for _ in range(2)]
+    runs = [s.run.remote(t, 16) for s, t in zip(subs, ["a", "b"])]
+    selector, peak_node, peak_total = rt.topology.selector, 0, 0
+    while ray.wait(runs, num_returns=2, timeout=0.02)[1]:
+        loads = ray.get(selector.stats.remote())["loads"]
+        peak_node, peak_total = max(peak_node, *loads.values(), 0), max(peak_total, sum(loads.values()))
+    assert ray.get(runs) == [list(range(16))] * 2
+    assert rt.router.decider.leases <= 1 and ray.get(selector.stats.remote())["holder"] is None
+    assert peak_node <= 2 and peak_total >= 6, (peak_node, peak_total)
+    for s in subs:
+        ray.kill(s)
 
 
 def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):

@@ -180,38 +180,56 @@ class _Member:
 
 
 class Placement:
-    """A hybrid's placement scheduler, pinned to a node: places forwarded tasks by the node part of Score."""
+    """A hybrid's placement scheduler, pinned to a node: places forwarded tasks by the node part of Score.
+
+    The loads it decides on come with each call: every placement's decision
+    and every finish passes through the selector, so the selector counts
+    what runs where, exactly, and sends that count with the batch (with a
+    cached load view, taken only once per ``heartbeat_s``). No store round
+    trip sits in the launch path; the store only merges State, for a plan
+    whose placements keep a replica of it.
+    """
 
     def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float):
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self._t0 = t0
-        self._m = _Member(f"placement-{index}", spec, make_scheduler(spec, nodes, seed=index), store)
+        self._spec = spec
+        self._s = make_scheduler(spec, nodes, seed=index)
+        self._m = _Member(f"placement-{index}", spec, self._s, store) if spec.merge else None
+        self._next_loads = 0.0  # (cached view) when the next count of loads is taken
 
     def where(self) -> str:
         return self.node_id
 
-    def place(self, forwarded: Sequence[TaskState], finished: Sequence[str]) -> List[Decision]:
-        """Finish notifications, then new tasks, then decisions (also for tasks held from earlier calls)."""
-        s, now = self._m.sched, time.time() - self._t0
+    def place(self, forwarded: Sequence[TaskState], finished: Sequence[str], loads: Mapping[str, int]) -> List[Decision]:
+        """Finish notifications, then new tasks, then decisions (also for tasks held from earlier calls).
+        ``loads``: every task placed and not finished per node, as the selector counted them when it
+        sent ``finished`` (so this scheduler's own tasks in it are exactly the ones it still counts)."""
+        s, now = self._s, time.time() - self._t0
         for tid in finished:
             s.finish(tid, now)
         for t in forwarded:
             s.add(t, now)
-        self._m.refresh(want=bool(s.pending), wait=True)
+        if self._m is not None:
+            self._m.refresh(want=bool(s.pending), wait=True)
+        if time.monotonic() >= self._next_loads:
+            own = s.outstanding()
+            s.set_others({n: k - own.get(n, 0) for n, k in loads.items()})
+            self._next_loads = time.monotonic() + self._spec.heartbeat_s
         decided = s.decide(now)
-        if decided or finished:
+        if self._m is not None and (decided or finished):
             self._m.report()
         return [(t.id, t.node) for t in decided]
 
     def mark_dead(self, node_id: str) -> None:
-        n = self._m.sched.by_id.get(node_id)
+        n = self._s.by_id.get(node_id)
         if n is not None:
             n.alive = False
 
     def export(self) -> dict:
-        return self._m.sched.export()
+        return self._s.export()
 
 
 class Selector:
@@ -246,23 +264,23 @@ class Selector:
     A hybrid's selector leases too (``lease=True``, see
     :func:`~ray_adaptive.runtime.roles.lease_spec`): the holder runs the whole
     policy, and the running tasks it hands back were placed by no placement
-    scheduler, so the selector tells the store their loads until they finish,
-    as a member of its own: the placements see those nodes taken.
+    scheduler; the selector counts them in the loads it sends the placements
+    until they finish, so those nodes are seen taken.
     """
 
     LEASE_QUIET_S = 1.0
     LEASE_TIMEOUT_S = 5.0
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Any], t0: float,
-                 wait_s: float = 0.05, lease: bool = False, store=None):
+                 wait_s: float = 0.05, lease: bool = False):
         self._s = make_scheduler(spec, nodes)
         self._t0 = t0
         self._wait_s = wait_s
         self._lease = lease
-        self._store = store
         self._placements = list(placements)
         self._adopted: Dict[str, str] = {}  # (hybrid) handed-back running task -> its node
-        self._adopted_dirty = False  # the store has not heard the adopted tasks' loads
+        self._placed: Dict[str, str] = {}  # (hybrid) task a placement scheduler placed, not finished -> its node
+        self._loads: Dict[str, int] = {}  # (hybrid) per node: the placed and the adopted tasks (see Placement)
         self._cond = threading.Condition()
         self._mail: Dict[str, List[Decision]] = {}
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
@@ -299,8 +317,9 @@ class Selector:
             hop = self._hop.pop(tid, None)
             if hop is not None:
                 self._fin[hop].append(tid)
-            elif self._adopted.pop(tid, None) is not None:
-                self._adopted_dirty = True
+            node = self._placed.pop(tid, None) or self._adopted.pop(tid, None)
+            if node is not None:
+                self._loads[node] -= 1
 
     def forget(self, client: str) -> None:
         """A client leaves (its router closed): its tasks still pending here are dropped, and decisions
@@ -389,19 +408,9 @@ class Selector:
             t.origin = client
             if self._placements:  # the hybrid's selector counts them in its pool of every slot
                 self._adopted[t.id], t.node = t.node, POOL
-                self._adopted_dirty = True
+                self._loads[self._adopted[t.id]] = self._loads.get(self._adopted[t.id], 0) + 1
         self._s.adopt(handback["running"])
         self._cond.notify_all()
-
-    def _adopted_loads(self) -> Optional[Dict[str, int]]:
-        """(Hybrid) the adopted tasks' loads per node, when the store has not heard them yet."""
-        if not self._adopted_dirty:
-            return None
-        self._adopted_dirty = False
-        loads: Dict[str, int] = {}
-        for node in self._adopted.values():
-            loads[node] = loads.get(node, 0) + 1
-        return loads
 
     def _decide(self, now: float) -> None:
         if self._holder is not None:  # the holder's running tasks are not counted here until it hands them back
@@ -429,9 +438,9 @@ class Selector:
         held = [0] * len(self._placements)  # tasks a placement scheduler holds (no room in its view)
         while not self._closed:
             with self._cond:
-                if not any(self._out) and not any(self._fin) and not any(held) and not self._adopted_dirty:
+                if not any(self._out) and not any(self._fin) and not any(held):
                     self._cond.wait(0.005)
-                loads = self._adopted_loads()
+                loads = dict(self._loads)  # as of the finishes these batches carry
                 batches = [(i, self._out[i], self._fin[i]) for i in range(len(self._placements))
                            if self._out[i] or self._fin[i] or held[i]]
                 if self._out[self._batch_to]:  # the next tasks decided go to the next placement scheduler
@@ -439,15 +448,9 @@ class Selector:
                 for i, _, _ in batches:
                     held[i] += len(self._out[i])
                     self._out[i], self._fin[i] = [], []
-            if loads is not None and self._store is not None:
-                # waited for, from this one thread: reports cannot overtake one another at the store
-                try:
-                    ray.get(self._store.sync.remote("selector-adopted", {}, loads))
-                except Exception:
-                    pass  # the store is gone (shutdown)
             if not batches:
                 continue
-            refs = [self._placements[i].place.remote(out, fin) for i, out, fin in batches]
+            refs = [self._placements[i].place.remote(out, fin, loads) for i, out, fin in batches]
             try:
                 answers = ray.get(refs)
             except Exception:  # a placement actor died: its tasks stay undecided (the client resubmits on timeout)
@@ -461,6 +464,9 @@ class Selector:
                         if node is None:  # the placement dropped it at its deadline: its room in the pool is free
                             self._release([tid], now)
                             freed = True
+                        else:
+                            self._placed[tid] = node
+                            self._loads[node] = self._loads.get(node, 0) + 1
                         freed |= not self._mail_to(self._origin.pop(tid), tid, node, now)
                 if freed:  # a gone client's decisions made room
                     self._decide(now)
@@ -482,7 +488,7 @@ class Selector:
     def stats(self) -> dict:
         with self._cond:
             return {"decisions": self.decisions, "pending": self._s.pending, "leases": self.leases,
-                    "holder": self._holder}
+                    "holder": self._holder, "loads": {n: k for n, k in self._loads.items() if k}}
 
     def decision_latencies(self) -> List[float]:
         with self._cond:

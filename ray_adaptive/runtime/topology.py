@@ -134,7 +134,7 @@ def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_no
         selector = ray.remote(Selector).options(
             name=actor_name(name, "selector"), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
             scheduling_strategy=near_driver).remote(specs["selector"], list(nodes), placements, t0,
-                                                    lease=lease_spec(plan) is not None, store=store)
+                                                    lease=lease_spec(plan) is not None)
     topo = Topology(plan, specs, list(nodes), dict(slots), t0, store, selector, placements)
     ray.get([a.__ray_ready__.remote() for a in topo.actors()])  # fail here, not at the first task
     return topo
