@@ -325,8 +325,8 @@ def test_a_hybrid_selector_tells_the_placements_where_the_tasks_it_took_back_run
 
 def test_hybrid_placements_see_every_node_as_taken_as_it_is(drf):
     """With two submitting processes (no lease), tasks go selector -> placement schedulers, each
-    placing on the loads the selector counted: no node gets more than its slots, and a node's room is
-    not counted twice (its own tasks and the others'), so every slot fills."""
+    placing on the loads the selector counted: no node gets more than its slots (with the loads
+    ignored, a node got 3 and more), and the slots fill."""
     rt = drf("hybrid", queue=1)  # 4 nodes x (1 executor + 1 queued) = 8 slots
 
     @ray.remote(num_cpus=0)
