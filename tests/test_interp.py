@@ -77,6 +77,23 @@ def test_hooks_update_state():
     assert it.score(T(tenant="a", resource_vec=[0, 0, 0]), N(load=2)) == pytest.approx(0.2 * 1000 + 2)
 
 
+
+@pytest.mark.parametrize("statement, message", [
+    ("peak += task.vec", r"hooks\.policy:9:3: vectors of different lengths \(2 and 3\)"),
+    ("peak[task.n] = 1.0", r"hooks\.policy:9:3: vec index 5 out of range \(length 2\)"),
+    ("total = max(task.empty)", r"hooks\.policy:9:11: max\(\) of an empty vec"),
+])
+def test_hook_errors_name_the_statement_as_the_closures_do(statement, message):
+    """A generated hook raises what the interpreter's closures raise, at the same file:line:col."""
+    text = ("Task:\n  vec: vec<float>\n  empty: vec<float>\n  n: int\nState:\n  peak: vec<float> = [0.0, 0.0]\n"
+            "  total: float\nOnDispatch(task, node):\n  " + statement + "\nScore(task, node):\n  return 0\n")
+    p = parse_policy(text, file="hooks.policy")
+    t = T(vec=[1.0, 2.0, 3.0], empty=[], n=5)
+    with pytest.raises(PolicyRuntimeError, match=message):
+        Interpreter(p).run_hook("OnDispatch", t, N())
+    with pytest.raises(PolicyRuntimeError, match=message):
+        _run_hook_on_lanes(Interpreter(p), "OnDispatch", t, N())
+
 def test_argmin_tie_rule_is_first_task_then_first_node():
     s = np.array([[3.0, 1.0, 1.0], [1.0, 2.0, 0.5 + 0.5]])
     assert argmin_pair(s) == (0, 1)
@@ -162,12 +179,12 @@ OnFinish(task, node):
 
 
 def _run_hook_on_lanes(it, name, task, node):
-    """The hook through (1, 1) arrays, as before hooks read one lane as scalars (the reference)."""
-    from ray_adaptive.dsl.interp import _Env
+    """The hook through the interpreter's closures over (1, 1) arrays, as Score runs (the reference)."""
+    from ray_adaptive.dsl.interp import _Compiler, _Env
 
-    env = _Env([task], [node] if node is not None else [], it.state, 0.0, it.num_nodes, lanes=True)
+    env = _Env([task], [node] if node is not None else [], it.state, 0.0, it.num_nodes)
     with np.errstate(all="ignore"):
-        it._hooks[name](env, None)
+        _Compiler(it.policy).block(it.policy.hook(name).body)(env, None)
 
 
 @settings(max_examples=60, deadline=None)
@@ -182,8 +199,9 @@ def _run_hook_on_lanes(it, name, task, node):
     st.integers(0, 3),  # node index (and load)
 ), min_size=1, max_size=12))
 def test_hooks_on_scalars_equal_hooks_on_lanes(steps):
-    """A hook reads its one task and node as scalars; every shipped policy's hooks, and one using
-    every construct, leave exactly the State they leave when run over (1, 1) arrays."""
+    """A hook runs as Python generated from its IR (:mod:`ray_adaptive.dsl.codegen`); every
+    shipped policy's hooks, and one using every construct, leave exactly the State the
+    interpreter's closures leave when run over (1, 1) arrays."""
     from ray_adaptive.dsl import shipped_policies
     from ray_adaptive.sim.replicas import same_state
 

@@ -11,7 +11,8 @@ below exist) that compute on numpy arrays laid out as
 * a map: a ``dict``, or an object array of dicts (a map-typed field).
 
 So Score runs once per decision over all T x N pairs rather than T x N times.
-Hooks run on a batch of one task and one node.
+Hooks run on one task and one node, as Python functions generated from
+their IR (:mod:`ray_adaptive.dsl.codegen`) with these same operations.
 
 Semantics pinned here (and in the README):
 
@@ -81,7 +82,6 @@ class _Env:
     columns: dict = field(default_factory=dict)
     ret: Any = None
     done: Any = False
-    lanes: bool = True  # False: one task and one node, read as scalars (a hook), not (T, N) arrays
 
 
 def _is_array(x) -> bool:
@@ -96,9 +96,41 @@ def _as_vec_operand(x, is_vec: bool):
 
 
 def _check_lengths(a, b, loc: ir.Loc) -> None:
-    la, lb = np.shape(a)[-1:], np.shape(b)[-1:]
+    la = a.shape[-1:] if isinstance(a, np.ndarray) else np.shape(a)[-1:]  # (np.shape: a dispatch per call)
+    lb = b.shape[-1:] if isinstance(b, np.ndarray) else np.shape(b)[-1:]
     if la and lb and la[0] != lb[0] and 1 not in (la[0], lb[0]):
         raise PolicyRuntimeError(f"{loc}: vectors of different lengths ({la[0]} and {lb[0]}) in one operation")
+
+
+def _vec_item(v, i, loc: ir.Loc):
+    """``v[i]`` for one index (lanes of vecs share it)."""
+    k = np.shape(v)[-1]
+    if not -k <= i < k:
+        raise PolicyRuntimeError(f"{loc}: vec index {i} out of range (length {k})")
+    return v[..., i]
+
+
+def _vec_with(v, i, x, loc: ir.Loc):
+    """A copy of vec ``v`` with item ``i`` set to ``x`` (values are never changed in place)."""
+    _vec_item(v, i, loc)
+    v = v.copy()
+    v[i] = x
+    return v
+
+
+def _reduce_vec(fn: str, v, loc: ir.Loc):
+    """``max(v)`` / ``min(v)`` of a vec (np.maximum.reduce: np.max without its dispatch)."""
+    if np.shape(v)[-1] == 0:
+        raise PolicyRuntimeError(f"{loc}: {fn}() of an empty vec")
+    return (np.maximum if fn == "max" else np.minimum).reduce(v, axis=-1)
+
+
+def _vec_of(values: list, dtype):
+    """A vec literal's value: its items' values, scalars or lanes."""
+    if not any(_is_array(v) for v in values):
+        return np.array(values, dtype=dtype)
+    values = np.broadcast_arrays(*[np.asarray(v) for v in values])
+    return np.stack(values, axis=-1).astype(dtype)
 
 
 def _to_state(value, t: ir.Type):
@@ -170,17 +202,6 @@ class _Compiler:
         dtype = {"int": np.int64, "float": float, "bool": bool}[t.kind]
         return np.asarray(values, dtype=dtype).reshape(shape)
 
-    @staticmethod
-    def _scalar(value, t: ir.Type):
-        """One lane's value, as the (1, 1) column would hold it, without the array: the closures
-        take scalars as they take constants, and a hook's few operations on them cost a fraction
-        of the same operations on arrays."""
-        if t.kind == "vec":
-            return np.array(value, dtype=float if t.elem.kind == "float" else np.int64).reshape(-1)
-        if t.kind in ("string", "map"):
-            return value
-        return {"int": np.int64, "float": np.float64, "bool": np.bool_}[t.kind](value)
-
     def _task_column(self, env: _Env, name: str, t: ir.Type):
         tasks = env.tasks
         if name == "id":
@@ -189,8 +210,6 @@ class _Compiler:
             values = [x.arrival for x in tasks]
         else:
             values = [x.fields[name] for x in tasks]
-        if not env.lanes and len(values) == 1:
-            return self._scalar(values[0], t)
         return self._column(values, t, (len(tasks), 1), f"task field '{name}'", [x.id for x in tasks])
 
     def _node_column(self, env: _Env, name: str, t: ir.Type):
@@ -199,8 +218,6 @@ class _Compiler:
             values = [getattr(n, name) for n in nodes]
         else:
             values = [n.fields[name] for n in nodes]
-        if not env.lanes and len(values) == 1:
-            return self._scalar(values[0], t)
         return self._column(values, t, (1, len(nodes)), f"node field '{name}'", [n.id for n in nodes])
 
     def _index(self, e: ir.Index):
@@ -216,9 +233,7 @@ class _Compiler:
                         raise PolicyRuntimeError(f"{loc}: vec index out of range (length {k})")
                     v = np.broadcast_to(v, np.broadcast_shapes(np.shape(i) + (k,), np.shape(v)) if np.ndim(v) == 3 else np.shape(i) + (k,))
                     return np.take_along_axis(v, np.broadcast_to(i, v.shape[:-1])[..., None], -1)[..., 0]
-                if not -k <= i < k:
-                    raise PolicyRuntimeError(f"{loc}: vec index {i} out of range (length {k})")
-                return v[..., i]
+                return _vec_item(v, i, loc)
 
             return vec_index
         vt = e.type
@@ -304,16 +319,8 @@ class _Compiler:
         loc = e.loc
         if fn in ("max", "min"):
             if len(args) == 1:
-                reducer = np.maximum.reduce if fn == "max" else np.minimum.reduce  # np.max/np.min, without their dispatch
                 (a,) = args
-
-                def reduce_vec(env):
-                    v = a(env)
-                    if np.shape(v)[-1] == 0:
-                        raise PolicyRuntimeError(f"{loc}: {fn}() of an empty vec")
-                    return reducer(v, axis=-1)
-
-                return reduce_vec
+                return lambda env: _reduce_vec(fn, a(env), loc)
             pair = np.maximum if fn == "max" else np.minimum
             return lambda env: reduce(pair, (a(env) for a in args))
         (a,) = args
@@ -350,14 +357,7 @@ class _Compiler:
         items = [self.expr(i) for i in e.items]
         dtype = float if e.type.elem.kind == "float" else np.int64
 
-        def veclit(env):
-            values = [i(env) for i in items]
-            if not any(_is_array(v) for v in values):
-                return np.array(values, dtype=dtype)
-            values = np.broadcast_arrays(*[np.asarray(v) for v in values])
-            return np.stack(values, axis=-1).astype(dtype)
-
-        return veclit
+        return lambda env: _vec_of([i(env) for i in items], dtype)
 
     def _maplit(self, e: ir.MapLit):
         pairs = [(self.expr(k), self.expr(v), v.type) for k, v in zip(e.keys, e.values)]
@@ -451,9 +451,7 @@ class _Compiler:
             container, k = base(env), _scalar_key(key(env))
             v = _to_state(value(env), t)
             if container_kind == "vec":
-                container = container.copy()
-                container[k] = v
-                env.state[target.base.name] = container
+                env.state[target.base.name] = _vec_with(container, k, v, s.loc)
             else:
                 container[k] = v
 
@@ -498,8 +496,10 @@ def _program(policy: ir.Policy) -> tuple:
         hit = _PROGRAMS.get(id(policy))
         if hit is not None and hit[0] is policy:  # (the entry keeps the policy alive: its id is not reused)
             return hit[1:]
+    from ray_adaptive.dsl.codegen import compile_hook  # (it builds on this module's value rules)
+
     c = _Compiler(policy)
-    program = (c.block(policy.score.body), {h.name: c.block(h.body) for h in policy.hooks},
+    program = (c.block(policy.score.body), {h.name: compile_hook(h) for h in policy.hooks},
                {d.name: c.expr(d.init) for d in policy.state if d.init is not None})
     with _PROGRAMS_LOCK:
         if len(_PROGRAMS) >= _PROGRAMS_MAX:
@@ -573,9 +573,11 @@ class Interpreter:
         hook = self._hooks.get(name)
         if hook is None:
             return
-        env = _Env([task], [node] if node is not None else [], self.state, now, self.num_nodes, lanes=False)
         with np.errstate(all="ignore"):
-            hook(env, None)
+            hook(task, node, self.state, now, self.num_nodes)
+
+    def has_hook(self, name: str) -> bool:
+        return name in self._hooks
 
 
 def argmin_pair(scores: np.ndarray) -> Optional[tuple[int, int]]:

@@ -232,7 +232,7 @@ class Scheduler:
 
     # ---------------------------------------------------------------- hooks
     def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
-        if not self.hooks:
+        if not (self.hooks and self.interp.has_hook(name)):  # (no State snapshot for a hook the policy lacks)
             return
         if self.log is None:
             self.interp.run_hook(name, task, node, now)
