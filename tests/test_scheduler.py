@@ -122,3 +122,21 @@ def test_a_task_pending_at_its_deadline_is_dropped_not_placed(queue):
     # OnDispatch ran for the placed tasks only: a holds b1 and f, b holds nothing
     assert sched.interp.state["alloc"]["a"] == pytest.approx([0.2, 0.4, 0.2])
     assert sched.interp.state["alloc"].get("b", [0.0] * 3) == pytest.approx([0.0] * 3)
+
+
+def test_an_ungrouped_queue_never_places_a_task_past_its_deadline():
+    """Every task is scored there, so one past its deadline behind a timely head can win: it is
+    dropped, not placed -- a decision is made by the task's deadline or not at all."""
+    policy = load_policy("drf_lb")
+    sched = Scheduler(policy, [NodeState("n0", 0, 1, 0, {"CPU": 1.0})])
+    sched._pending = S._Pending(False, None)
+    vec = [0.1, 0.2, 0.1]
+    sched.interp.state["alloc"]["a"] = [0.5, 0.5, 0.5]  # a holds a lot: b's task scores best
+    timely = TaskState("f", 0.05, {"tenant": "a", "resource_vec": vec}, deadline=9.0)
+    late = TaskState("l", 0.1, {"tenant": "b", "resource_vec": vec}, deadline=0.5)
+    for t in (timely, late):
+        sched.add(t, 0.1)
+    out = sched.decide(1.0)
+    assert [(t.id, t.node) for t in out] == [("l", None), ("f", "n0")]
+    assert set(sched.running) == {"f"} and "b" not in sched.interp.state["alloc"]
+

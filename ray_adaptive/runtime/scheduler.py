@@ -26,7 +26,8 @@ part by part, each value remembered while what it reads is unchanged
 so a least-loaded decision is a few dictionary look-ups. As there, a task still
 pending at its ``deadline`` is dropped, with no hook run: :meth:`Scheduler.decide`
 returns it with ``node`` None, and never places it (placed, it would hold a
-slot for nothing until its process saw it was late).
+slot for nothing until its process saw it was late) -- whatever the queue:
+no decision is made for a task past its deadline.
 """
 
 from __future__ import annotations
@@ -164,8 +165,7 @@ class _Pending:
         """Remove the tasks past their deadline at the head of each group (of the FIFO) and return
         them. Heads only, so it costs a few checks per decision: a later task past its deadline
         goes once it is a head, and grouped and FIFO queues score heads only. (An ungrouped queue
-        scores every task, so it may still place one past its deadline; its process then drops it
-        unlaunched and gives the room back.)"""
+        scores every task: :meth:`Scheduler.decide` drops one past its deadline that wins.)"""
         late: List[TaskState] = []
         if self._fifo is not None:
             while self._fifo and self._fifo[0].deadline < now:
@@ -280,6 +280,9 @@ class Scheduler:
             i, j = pick
             task, node = rows[i], candidates[j]
             self._pending.take(task, i)
+            if task.deadline < now:  # (an ungrouped queue scores every task: one past its deadline can win)
+                chosen.append(task)  # dropped, node None: a decision is made by the deadline or not at all
+                continue
             node.own += 1
             task.node = node.id
             self.running[task.id] = task
