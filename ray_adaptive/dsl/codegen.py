@@ -21,7 +21,7 @@ Example:
     def OnDispatch(task, node, state, now, num_nodes):
         _t0 = state['alloc']
         _t1 = _scalar_key(task.fields['tenant'])
-        _t0[_t1] = _to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3)
+        _t0[_t1] = _fresh_to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3)
 """
 
 from __future__ import annotations
@@ -36,16 +36,17 @@ from typing import Any, Callable, List
 import numpy as np
 
 from ray_adaptive.dsl import ir
+from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, TASK_ATTRIBUTES
 from ray_adaptive.dsl.interp import (_check_lengths, _reduce_vec, _scalar_key, _to_state, _vec_item, _vec_of,
                                      _vec_with, zero_value)
 
-__all__ = ["compile_hook", "hook_source"]
+__all__ = ["compile_hook", "hook_source", "audit"]
 
 #: ``hook(task, node, state, now, num_nodes)``; the caller holds ``np.errstate(all="ignore")``
 Hook = Callable[[Any, Any, dict, float, int], None]
 
-_TASK_ATTRIBUTES = ("id", "arrival")
-_NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
+_TASK_ATTRIBUTES = tuple(TASK_ATTRIBUTES)
+_NODE_ATTRIBUTES = (*NODE_ATTRIBUTES, "load")  # (get_load(node) reads node.load)
 _SCALAR_OF = {"int": "_int", "float": "_float", "bool": "_bool"}  # a field read as the lanes' dtype
 _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
@@ -56,15 +57,15 @@ def _vec(value, dtype):
     return np.array(value, dtype=dtype).reshape(-1)
 
 
+_DTYPE = {"float": np.dtype(float), "int": np.dtype(np.int64)}
+
+
 def _fresh_to_state(value, t: ir.Type):
     """:func:`_to_state` of a value just computed, that nothing else refers to: a vec already in
     State's form (1-D, its dtype) is kept, not copied."""
     if type(value) is np.ndarray and value.ndim == 1 and t.kind == "vec" and value.dtype == _DTYPE[t.elem.kind]:
         return value
     return _to_state(value, t)
-
-
-_DTYPE = {"float": np.dtype(float), "int": np.dtype(np.int64)}
 
 
 def _map_get(m: dict, k, zero):
