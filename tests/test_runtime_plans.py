@@ -348,6 +348,77 @@ def test_hybrid_placements_see_every_node_as_taken_as_it_is(drf):
         ray.kill(s)
 
 
+
+@pytest.mark.parametrize("plan", ["centralized", "hybrid"])
+def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
+    """Killed mid-run with tasks pending and running there, the selector restarts empty; its
+    clients send their undecided tasks again and hand back the running ones, whose OnDispatch
+    rebuilds State: every task runs exactly once, and State is back to zero at the end. A third
+    client submitting all along keeps any from being alone (no lease would take the tasks over):
+    the two backlogged clients finish while it still runs."""
+    rt = drf(plan, queue=0)  # 4 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def run(self, tenant, n, sleep, gap=0.0):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
+            futures = []
+            for i in range(n):
+                futures.append(f.submit(i, sleep))
+                time.sleep(gap)
+            return [x for x, _, _ in ray.get([fut.result() for fut in futures])]
+
+    subs = [Submitter.remote() for _ in range(3)]
+    keeper = subs[2].run.remote("c", 60, 0.02, 0.2)  # 12 s of a task every 0.2 s
+    # 16 tasks, 4 rounds of 4 slots, each longer than a restart: some run still when it is over
+    runs = [s.run.remote(t, 8, 1.5) for s, t in zip(subs, ["a", "b"])]
+    selector = rt.topology.selector
+    deadline = time.monotonic() + 30
+    while ray.get(selector.stats.remote())["decisions"] < 8 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    before = ray.get(selector.stats.remote())
+    assert before["pending"] > 0 and before["holder"] is None, before  # tasks wait there; none leased
+    ray.kill(selector, no_restart=False)
+    assert ray.get(runs, timeout=120) == [list(range(8))] * 2  # each result once, in order
+    assert ray.wait([keeper], timeout=0)[1], "the keeper finished first: recovered by a lease, if at all"
+    assert ray.get(keeper, timeout=60) == list(range(60))
+    deadline = time.monotonic() + 10
+    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    snap = ray.get(selector.export.remote())
+    assert (snap["pending"], snap["running"]) == ([], []), snap
+    assert ray.get(selector.stats.remote())["decisions"] < 76  # a new incarnation: only what was left
+    for tenant, alloc in snap["state"]["alloc"].items():  # handed back, re-dispatched, finished: zero
+        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    for s in subs:
+        ray.kill(s)
+
+
+def test_a_placement_scheduler_that_dies_loses_no_task(drf):
+    """The hybrid's selector sends what a dead placement scheduler was given and did not place
+    to the next one, and no more to it: every task runs, once."""
+    rt = drf("hybrid", queue=0)  # 4 slots
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def run(self, tenant, n):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
+            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.3) for i in range(n)]])]
+
+    subs = [Submitter.remote() for _ in range(2)]
+    runs = [s.run.remote(t, 12) for s, t in zip(subs, ["a", "b"])]  # no lease: two clients
+    selector = rt.topology.selector
+    deadline = time.monotonic() + 30
+    while ray.get(selector.stats.remote())["decisions"] < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for p in rt.topology.placements[:2]:  # with tasks held there, and others on their way
+        ray.kill(p)
+    assert ray.get(runs, timeout=120) == [list(range(12))] * 2
+    stats = ray.get(selector.stats.remote())
+    assert stats["leases"] <= 1 and stats["live_placements"] == len(rt.topology.placements) - 2, stats
+    for s in subs:
+        ray.kill(s)
+
 def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):
     rt = drf("centralized", queue=0)
 

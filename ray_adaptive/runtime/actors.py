@@ -12,8 +12,11 @@ decisions in flight, never results.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import uuid
+import warnings
 from collections import deque
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -195,6 +198,12 @@ class Placement:
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self._t0 = t0
+        self._args = (index, spec, nodes, store)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every task (a restarted selector: its clients send theirs again)."""
+        index, spec, nodes, store = self._args
         self._spec = spec
         self._s = make_scheduler(spec, nodes, seed=index)
         self._m = _Member(f"placement-{index}", spec, self._s, store) if spec.merge else None
@@ -266,18 +275,33 @@ class Selector:
     policy, and the running tasks it hands back were placed by no placement
     scheduler; the selector counts them in the loads it sends the placements
     until they finish, so those nodes are seen taken.
+
+    **Restarts.** The selector is restarted when its process dies (the
+    topology starts it with ``max_restarts=-1``), with a new
+    ``incarnation`` and nothing of the old one's queue, running tasks or
+    State. Every answer carries the incarnation: a client that sees it
+    change sends its undecided tasks again and, as a handback with
+    ``rebuild``, the tasks it launched that run still, whose OnDispatch
+    rebuilds State here (see :class:`~ray_adaptive.runtime.topology.RemoteDecider`).
+    A task already pending or running here is not added twice. A hybrid's
+    restarted selector first empties its placement schedulers, which held
+    tasks for the old one.
     """
 
     LEASE_QUIET_S = 1.0
     LEASE_TIMEOUT_S = 5.0
 
-    def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Any], t0: float,
+    def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Tuple[str, str]], t0: float,
                  wait_s: float = 0.05, lease: bool = False):
         self._s = make_scheduler(spec, nodes)
         self._t0 = t0
         self._wait_s = wait_s
         self._lease = lease
-        self._placements = list(placements)
+        import ray
+
+        # (named, not handles: arguments that hold actor handles go to the object store, and a
+        # restart needs its arguments still there -- ray-project/ray#53727)
+        self._placements = [ray.get_actor(name, namespace=namespace) for name, namespace in placements]
         self._adopted: Dict[str, str] = {}  # (hybrid) handed-back running task -> its node
         self._placed: Dict[str, str] = {}  # (hybrid) task a placement scheduler placed, not finished -> its node
         self._loads: Dict[str, int] = {}  # (hybrid) per node: the placed and the adopted tasks (see Placement)
@@ -289,13 +313,24 @@ class Selector:
         self._out: List[List[TaskState]] = [[] for _ in self._placements]
         self._fin: List[List[str]] = [[] for _ in self._placements]
         self._batch_to = 0  # the placement scheduler that gets the tasks decided until the next forwarding round
+        self._live = set(range(len(self._placements)))  # placement schedulers not lost
+        self._forwarded: Dict[str, TaskState] = {}  # forwarded, not placed yet (sent again if its placement dies)
         self._seen: Dict[str, float] = {}  # client -> when last heard from (monotonic)
         self._holder: Optional[str] = None  # the client holding the lease
         self._gone: set = set()  # clients that left (see forget)
+        self._dead: set = set()  # nodes marked dead
         self._recalled_at: Optional[float] = None
         self.leases = 0
         self.decisions = 0
         self._closed = False
+        self.incarnation = uuid.uuid4().hex
+        with warnings.catch_warnings():  # (Ray reads the actor table through a deprecated API)
+            warnings.simplefilter("ignore")
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        # restarted, it has heard from no client yet: none is alone until all had time to call
+        self._lease_from = time.monotonic() + (self.LEASE_QUIET_S if restarted else 0.0)
+        if self._placements and restarted:
+            ray.get([p.reset.remote() for p in self._placements])  # what they hold, the clients send again
         if self._placements:
             threading.Thread(target=self._forward_loop, name="ra-selector-forward", daemon=True).start()
 
@@ -314,8 +349,9 @@ class Selector:
         for tid in ids:
             if self._s.finish(tid, now) is None or not self._placements:
                 continue
+            self._forwarded.pop(tid, None)
             hop = self._hop.pop(tid, None)
-            if hop is not None:
+            if hop is not None and hop in self._live:
                 self._fin[hop].append(tid)
             node = self._placed.pop(tid, None) or self._adopted.pop(tid, None)
             if node is not None:
@@ -358,11 +394,12 @@ class Selector:
                 deadline = time.monotonic() + self._wait_s
                 while self._recalled_at is None and not self._closed and time.monotonic() < deadline:
                     self._cond.wait(deadline - time.monotonic())
-                return {"recall": self._recalled_at is not None}
+                return {"recall": self._recalled_at is not None, "incarnation": self.incarnation}
             if self._holder is not None:
                 self._recall()
             elif handback is None and self._may_lease(client):  # (one giving a lease back is leaving or recalled)
-                return {"lease": self._grant(client), "tasks": list(tasks)}
+                return {"lease": self._grant(client), "tasks": list(tasks), "incarnation": self.incarnation}
+            tasks = [t for t in tasks if not self._s.knows(t.id)]  # (sent again after a restart)
             for t in tasks:
                 t.origin = client
                 self._s.add(t, now)
@@ -376,11 +413,13 @@ class Selector:
                 self._cond.wait(left)
             out = self._mail.pop(client, [])
             self._waiting[client] -= len(out)
-            return {"decisions": out}
+            return {"decisions": out, "incarnation": self.incarnation}
 
     # ---------------------------------------------------------------- leases
     def _may_lease(self, client: str) -> bool:
         if not self._lease or self._closed or self._s.pending or self._s.running:
+            return False
+        if time.monotonic() < self._lease_from:
             return False
         quiet = time.monotonic() - self.LEASE_QUIET_S
         return all(seen < quiet for c, seen in self._seen.items() if c != client)
@@ -399,17 +438,22 @@ class Selector:
             self._holder, self._recalled_at = None, None
 
     def _take_back(self, client: str, handback: dict) -> None:
-        """The lease comes back: the holder's State (unless it was taken already: a late holder's
-        State is stale by now) and its running tasks, whose finishes come here from now on."""
-        if self._holder == client:
+        """Running tasks decided elsewhere, whose finishes come here from now on: a lease coming
+        back, with the holder's State (unless it was taken already: a late holder's State is
+        stale by now) -- or, after a restart (``rebuild``), a client's tasks decided by the old
+        incarnation, whose OnDispatch rebuilds their share of State."""
+        if self._holder == client and "state" in handback:
             self._s.interp.state.update(handback["state"])
             self._holder, self._recalled_at = None, None
-        for t in handback["running"]:
+        for node_id in handback.get("dead", ()):
+            self._mark_dead(node_id)
+        running = [t for t in handback["running"] if not self._s.knows(t.id)]
+        for t in running:
             t.origin = client
             if self._placements:  # the hybrid's selector counts them in its pool of every slot
                 self._adopted[t.id], t.node = t.node, POOL
                 self._loads[self._adopted[t.id]] = self._loads.get(self._adopted[t.id], 0) + 1
-        self._s.adopt(handback["running"])
+        self._s.adopt(running, dispatch_hooks=bool(handback.get("rebuild")), now=self._now())
         self._cond.notify_all()
 
     def _decide(self, now: float) -> None:
@@ -427,9 +471,32 @@ class Selector:
                 i = self._batch_to
                 self._hop[t.id] = i
                 self._origin[t.id] = t.origin
-                self._out[i].append(TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline))
+                sent = self._forwarded[t.id] = TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline)
+                self._out[i].append(sent)
             else:
                 self._mail_to(t.origin, t.id, t.node, now)
+        self._cond.notify_all()
+
+    def _next_live(self, i: int) -> int:
+        """The live placement scheduler after ``i`` (round-robin)."""
+        n = len(self._placements)
+        return next((j % n for j in range(i + 1, i + 1 + n) if j % n in self._live), i)
+
+    def _lose_placement(self, i: int) -> None:
+        """Placement scheduler ``i`` died (holds the lock): the tasks it was sent and did not place
+        go to the next live one, and none is sent to it again."""
+        self._live.discard(i)
+        if not self._live:  # (the cluster lost every node a placement ran on)
+            logging.getLogger(__name__).error("every placement scheduler of the hybrid is gone")
+            return
+        j = self._next_live(i)
+        if self._batch_to == i:
+            self._batch_to = j
+        lost = [t for tid, t in self._forwarded.items() if self._hop.get(tid) == i]  # (those in _out[i] too)
+        for t in lost:
+            self._hop[t.id] = j
+        self._out[j].extend(lost)
+        self._out[i], self._fin[i] = [], []
         self._cond.notify_all()
 
     def _forward_loop(self) -> None:
@@ -441,26 +508,30 @@ class Selector:
                 if not any(self._out) and not any(self._fin) and not any(held):
                     self._cond.wait(0.005)
                 loads = dict(self._loads)  # as of the finishes these batches carry
-                batches = [(i, self._out[i], self._fin[i]) for i in range(len(self._placements))
+                batches = [(i, self._out[i], self._fin[i]) for i in self._live
                            if self._out[i] or self._fin[i] or held[i]]
                 if self._out[self._batch_to]:  # the next tasks decided go to the next placement scheduler
-                    self._batch_to = (self._batch_to + 1) % len(self._placements)
+                    self._batch_to = self._next_live(self._batch_to)
                 for i, _, _ in batches:
                     held[i] += len(self._out[i])
                     self._out[i], self._fin[i] = [], []
             if not batches:
                 continue
             refs = [self._placements[i].place.remote(out, fin, loads) for i, out, fin in batches]
-            try:
-                answers = ray.get(refs)
-            except Exception:  # a placement actor died: its tasks stay undecided (the client resubmits on timeout)
-                time.sleep(0.01)
-                continue
+            answers = []
+            for (i, _, _), ref in zip(batches, refs):
+                try:
+                    answers.append((i, ray.get(ref)))
+                except Exception:  # the placement actor died (its node, perhaps): the others take its tasks
+                    with self._cond:
+                        held[i] = 0
+                        self._lose_placement(i)
             with self._cond:
                 now, freed = self._now(), False
-                for (i, _, _), decided in zip(batches, answers):
+                for i, decided in answers:
                     held[i] -= len(decided)
                     for tid, node in decided:
+                        self._forwarded.pop(tid, None)
                         if node is None:  # the placement dropped it at its deadline: its room in the pool is free
                             self._release([tid], now)
                             freed = True
@@ -479,20 +550,28 @@ class Selector:
 
     def mark_dead(self, node_id: str) -> None:
         with self._cond:
-            n = self._s.by_id.get(node_id)
-            if n is not None:
-                n.alive = False
+            self._mark_dead(node_id)
+
+    def _mark_dead(self, node_id: str) -> None:
+        if node_id in self._dead:
+            return
+        self._dead.add(node_id)
+        n = self._s.by_id.get(node_id)  # (the hybrid's selector has only the pool)
+        if n is not None:
+            n.alive = False
         for p in self._placements:
             p.mark_dead.remote(node_id)
 
     def stats(self) -> dict:
         with self._cond:
             return {"decisions": self.decisions, "pending": self._s.pending, "leases": self.leases,
+                    "live_placements": len(self._live),
                     "holder": self._holder, "loads": {n: k for n, k in self._loads.items() if k}}
 
     def decision_latencies(self) -> List[float]:
         with self._cond:
             return list(self._s.decision_s)
+
 
     def export(self) -> dict:
         """Queues and State (while a lease is out, the holder's process exports the live ones)."""

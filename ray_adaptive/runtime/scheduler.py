@@ -122,14 +122,14 @@ class _Pending:
         self._key = key if key is not None else (lambda t: None)  # ungrouped: one group
         self._groups: Dict[Any, Tuple[List[tuple], List[TaskState]]] = {}  # key -> (sort keys, tasks)
         self._grouped = key is not None
-        self._n = 0
+        self.ids: set = set()  # of every pending task
         self.timed = False  # some task came with a finite deadline
 
     def __len__(self) -> int:
-        return self._n
+        return len(self.ids)
 
     def add(self, task: TaskState) -> None:
-        self._n += 1
+        self.ids.add(task.id)
         self.timed = self.timed or task.deadline < math.inf
         if self._fifo is not None:
             self._fifo.append(task)
@@ -150,7 +150,7 @@ class _Pending:
 
     def take(self, task: TaskState, row: int) -> None:
         """Remove ``task``, row ``row`` of the last :meth:`rows`."""
-        self._n -= 1
+        self.ids.discard(task.id)
         if self._fifo is not None:
             self._fifo.popleft()
             return
@@ -178,7 +178,7 @@ class _Pending:
                     del keys[0], tasks[0]
                 if not tasks:
                     del self._groups[k]
-        self._n -= len(late)
+        self.ids.difference_update(t.id for t in late)
         return late
 
     def remove_where(self, which: Callable[[TaskState], bool]) -> List[TaskState]:
@@ -195,7 +195,7 @@ class _Pending:
                 self._groups[k] = ([o for o, _ in kept], [t for _, t in kept])
             else:
                 del self._groups[k]
-        self._n -= len(out)
+        self.ids.difference_update(t.id for t in out)
         return out
 
     def tasks(self) -> List[TaskState]:
@@ -303,11 +303,20 @@ class Scheduler:
         self._hook("OnFinish", task, node, now)
         return task
 
-    def adopt(self, tasks: Sequence[TaskState]) -> None:
-        """Take over running tasks another scheduler decided (``node`` set); no hooks run."""
+    def adopt(self, tasks: Sequence[TaskState], dispatch_hooks: bool = False, now: float = 0.0) -> None:
+        """Take over running tasks another scheduler decided (``node`` set). No hooks run -- their
+        State comes along (a lease's handback) -- unless ``dispatch_hooks``: OnDispatch rebuilds
+        their share of State here (a restarted selector, whose State started afresh)."""
         for t in tasks:
             self.running[t.id] = t
-            self.by_id[t.node].own += 1
+            node = self.by_id[t.node]
+            node.own += 1
+            if dispatch_hooks:
+                self._hook("OnDispatch", t, node, now)
+
+    def knows(self, task_id: str) -> bool:
+        """Whether the task is pending or running here."""
+        return task_id in self.running or task_id in self._pending.ids
 
     def release_running(self) -> List[TaskState]:
         """Hand every running task over to another scheduler (the inverse of :meth:`adopt`)."""

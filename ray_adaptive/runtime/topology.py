@@ -131,10 +131,12 @@ def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_no
                 ).remote(i, specs["schedulers"], list(nodes), store, t0)
                 for i in range(k)
             ]
-        selector = ray.remote(Selector).options(
+        selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
             name=actor_name(name, "selector"), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
-            scheduling_strategy=near_driver).remote(specs["selector"], list(nodes), placements, t0,
-                                                    lease=lease_spec(plan) is not None)
+            max_restarts=-1, scheduling_strategy=near_driver,
+        ).remote(specs["selector"], list(nodes),
+                 [(actor_name(name, f"placement-{i}"), NAMESPACE) for i in range(len(placements))], t0,
+                 lease=lease_spec(plan) is not None)
     topo = Topology(plan, specs, list(nodes), dict(slots), t0, store, selector, placements)
     ray.get([a.__ray_ready__.remote() for a in topo.actors()])  # fail here, not at the first task
     return topo
@@ -268,6 +270,13 @@ class RemoteDecider:
     policy over every node, so ``.remote()`` decides in the caller's thread,
     and the client thread only keeps the long poll through which a recall
     comes. (``lease_spec`` None: the selector never leases.)
+
+    **A restarted selector** knows nothing of this process's tasks. Each
+    answer names the selector's incarnation; when it changes, the next call
+    sends every task still undecided again, and the tasks decided and not
+    finished as a ``rebuild`` handback (with the nodes seen dead), so the
+    new selector counts their room and rebuilds State by their OnDispatch.
+    A task is launched once: only on the first decision for it.
     """
 
     thread_safe = True  # locks itself (its client thread shares it)
@@ -283,6 +292,9 @@ class RemoteDecider:
         self._cond = threading.Condition()
         self._out: List[TaskState] = []
         self._sent: Dict[str, TaskState] = {}  # submitted, not decided yet
+        self._running: Dict[str, TaskState] = {}  # decided by the selector (or handed back to it), not finished
+        self._incarnation: Optional[str] = None  # of the selector that answered last
+        self._resync = False  # the selector restarted: send it what it lost
         self._local = None  # the selector's scheduler, while this process holds its lease
         self._local_latencies: deque = deque(maxlen=100_000)  # its decisions' latencies, over every lease
         self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
@@ -316,6 +328,8 @@ class RemoteDecider:
         if not ids:
             return []
         with self._cond:
+            for tid in ids:
+                self._running.pop(tid, None)
             if self._local is not None:
                 now = self.now()
                 for tid in ids:
@@ -337,7 +351,7 @@ class RemoteDecider:
 
         while True:
             with self._cond:
-                while not (self._out or self._sent or self._local is not None) and not self._closed:
+                while not (self._out or self._sent or self._local is not None or self._resync) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
@@ -345,27 +359,52 @@ class RemoteDecider:
                 out, self._out = ([], self._out) if leased else (self._out, [])
                 for t in out:
                     self._sent[t.id] = t
+                rebuild = None
+                if self._resync and not leased:  # the selector restarted: all it lost of ours, again
+                    out = list(self._sent.values())
+                    rebuild = {"running": list(self._running.values()), "dead": sorted(self._dead), "rebuild": True}
+                    self._held_finishes = []  # finishes must not overtake the handback
             try:
-                reply = ray.get(self._selector.exchange.remote(self.client, out))
+                try:
+                    reply = ray.get(self._selector.exchange.remote(self.client, out, rebuild))
+                finally:
+                    if rebuild is not None:
+                        self._release_held_finishes()
                 next(self.exchanges)
                 # recalled -- or no longer the holder at all (the selector gave up on us): hand back
                 if leased and reply.get("recall", True):
                     reply = self._hand_back()
-            except Exception:  # the selector is gone (shutdown): nothing more will be decided
+            except Exception:  # the selector died (it restarts; the next answer says so) or is shut down
                 with self._cond:
                     if self._closed:
                         return
                 time.sleep(0.05)
                 continue
+            with self._cond:
+                if rebuild is not None:
+                    self._resync = False
+                seen = reply.get("incarnation")
+                if seen is not None:
+                    if self._incarnation is not None and seen != self._incarnation:
+                        self._resync = True  # (this answer's decisions still count: the new one made them)
+                        self._cond.notify()
+                    self._incarnation = seen
             if "lease" in reply:
                 decided = self._take_lease(reply)
             else:
-                decided = []
+                decided, stray = [], []
                 with self._cond:
                     for tid, node in reply.get("decisions", []):
-                        t = self._sent.pop(tid)
+                        t = self._sent.pop(tid, None)
+                        if t is None:  # decided already (sent again after a restart): launch it once
+                            stray.append(tid)
+                            continue
                         t.node = node
+                        if node is not None:
+                            self._running[tid] = t
                         decided.append(t)
+                if stray:  # the room the second decision holds goes back
+                    self._selector.finished.remote(stray)
             if decided:
                 self.on_decided(decided)
 
@@ -378,11 +417,15 @@ class RemoteDecider:
             for n in local.nodes:
                 n.alive = n.id not in self._dead and n.id not in reply["lease"]["dead"]
             now = self.now()
-            for t in reply["tasks"]:
-                local.add(self._sent.pop(t.id), now)
-            for t in self._out:  # submitted while the lease was on its way
+            # every undecided task of ours: the selector leases only with nothing pending or
+            # running, so none is there (those sent to an incarnation that died, too)
+            for t in [*self._sent.values(), *self._out]:  # (_out: submitted while the lease was on its way)
                 local.add(t, now)
-            self._out = []
+            self._sent, self._out = {}, []
+            # running still, decided by an incarnation that died: their room and State, here now
+            local.adopt(list(self._running.values()), dispatch_hooks=True, now=now)
+            self._running.clear()
+            self._resync = False
             self._local = local
             self.leases += 1
             return local.decide(now)
@@ -401,14 +444,18 @@ class RemoteDecider:
             handback = {"state": copy_state(local.interp.state), "running": local.release_running()}
             for t in pending:
                 self._sent[t.id] = t
+            self._running.update((t.id, t) for t in handback["running"])  # the selector's from now on
             self._held_finishes = []
         try:
             return ray.get(self._selector.exchange.remote(self.client, pending, handback))
         finally:
-            with self._cond:
-                held, self._held_finishes = self._held_finishes, None
-            if held:
-                self._selector.finished.remote(held)
+            self._release_held_finishes()
+
+    def _release_held_finishes(self) -> None:
+        with self._cond:
+            held, self._held_finishes = self._held_finishes, None
+        if held:
+            self._selector.finished.remote(held)
 
     def mark_dead(self, node_id: str) -> None:
         with self._cond:
