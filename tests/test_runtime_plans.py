@@ -10,6 +10,7 @@ import collections
 import json
 import time
 
+import numpy as np
 import pytest
 import ray
 
@@ -418,6 +419,48 @@ def test_a_placement_scheduler_that_dies_loses_no_task(drf):
     assert stats["leases"] <= 1 and stats["live_placements"] == len(rt.topology.placements) - 2, stats
     for s in subs:
         ray.kill(s)
+
+
+def test_a_state_store_that_dies_is_restarted_and_gets_the_merged_state_back(drf):
+    """Decentralized: decisions never wait for the store, so its death loses no task; restarted
+    from the initial State, it gets each member's whole contribution pushed again -- without
+    that, the finishes of tasks dispatched before it died drove DRF's allocations below zero."""
+    rt = drf("decentralized", queue=0)  # 4 slots
+    store = rt.topology.store
+
+    @ray.remote(num_cpus=0)
+    class Submitter:
+        def join(self):
+            return ra.runtime_of("drf_lb").plan.architecture
+
+        def run(self, tenant, n):
+            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
+            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.5) for i in range(n)]])]
+
+    sub = Submitter.remote()
+    assert ray.get(sub.join.remote(), timeout=60) == "decentralized"
+    theirs = sub.run.remote("b", 8)
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    mine = [fn.submit(i, 0.5) for i in range(8)]
+    time.sleep(0.7)  # tasks of both running, their OnDispatch pushed
+    ray.kill(store, no_restart=False)
+    assert [x for x, _, _ in ray.get([f.result(timeout=60) for f in mine], timeout=60)] == list(range(8))
+    assert ray.get(theirs, timeout=60) == list(range(8))
+
+    def merged_alloc() -> dict:
+        state, _, _ = ray.get(store.sync.remote("probe", {}, {}), timeout=30)
+        return state["alloc"]
+
+    deadline = time.monotonic() + 15  # every member's finishes pushed: nothing allocated
+    while time.monotonic() < deadline:
+        alloc = merged_alloc()
+        if set(alloc) == {"a", "b"} and all(np.allclose(v, 0.0) for v in alloc.values()):
+            break
+        time.sleep(0.1)
+    assert set(alloc) == {"a", "b"}, alloc
+    for tenant, v in alloc.items():
+        assert v == pytest.approx([0.0] * 3, abs=1e-9), (tenant, v)
+    ray.kill(sub)
 
 def test_a_lease_holder_that_shuts_down_hands_back_a_clean_selector(drf):
     rt = drf("centralized", queue=0)

@@ -45,7 +45,13 @@ class StateStore:
       plan, nodes, slot resources): how ``.remote()`` works from any worker.
     * ``sync(member, delta, outstanding)``: merge a replica's State changes,
       record its outstanding tasks per node (its heartbeat), and return the
-      merged State and the *others'* outstanding tasks per node.
+      merged State, the *others'* outstanding tasks per node and the
+      store's incarnation.
+
+    Restarted when its process dies (``max_restarts=-1``), it starts from
+    the initial State with a new incarnation; each member that sees the
+    change pushes its whole contribution since it joined, so the merged
+    State comes back (see :class:`_Member`).
     """
 
     def __init__(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]):
@@ -55,6 +61,7 @@ class StateStore:
         self._outstanding: Dict[str, Dict[str, int]] = {}
         self._lock = threading.Lock()
         self.calls = 0
+        self.incarnation = uuid.uuid4().hex
 
     def config(self) -> dict:
         return self._config
@@ -68,7 +75,7 @@ class StateStore:
             if delta:
                 merge_into(self._state, delta, self._merge)
             self._outstanding[member] = dict(outstanding)
-            return {v: self._state[v] for v in self._merge}, self._loads(but=member)
+            return {v: self._state[v] for v in self._merge}, self._loads(but=member), self.incarnation
 
     def _loads(self, but: Optional[str] = None) -> Dict[str, int]:
         """Outstanding tasks per node, over every member but ``but``."""
@@ -106,6 +113,13 @@ class _Member:
     process that starts submitting is news to the others at its first sync;
     until their next one (within ``QUIET_S``), it sees their State and loads
     as they last pushed them.
+
+    A member keeps the sum of everything it pushed (``_total``, merged by
+    the same rules). When the store's incarnation changes -- it died and
+    was restarted from the initial State -- the member keeps its own view
+    instead of the store's answer and pushes, at once, all it had pushed
+    before the push that answer is for: the merged State is back once
+    every member has synced.
     """
 
     QUIET_S = 0.1  # the longest period between syncs while they bring no news
@@ -117,6 +131,10 @@ class _Member:
         self._inflight = None  # Future of the store's answer to the last push
         self._sent: dict = {}  # the State changes of this replica the last push carried
         self._seen: Optional[tuple] = None  # (merged State, others' loads) of the last answer
+        self._total: dict = {}  # every State change this replica pushed, merged
+        self._before: dict = {}  # _total before the last push
+        self._incarnation: Optional[str] = None  # the store's, at the last answer
+        self._repush: Optional[dict] = None  # the store restarted: what it lacks of ours, for the next push
         self.pushes = 0
         self.sync_s: deque = deque(maxlen=10_000)  # round trips of the recent syncs (seconds)
         # one call carries both the others' loads (every heartbeat_s) and State (every sync_s, if
@@ -129,6 +147,11 @@ class _Member:
     def due(self) -> bool:
         return self.store is not None and self._inflight is None and time.monotonic() >= self._next
 
+    @property
+    def owes(self) -> bool:
+        """A restarted store lacks this replica's pushes: the next refresh pushes, wanted or not."""
+        return self._repush is not None
+
     def refresh(self, want: bool = True, wait: bool = False) -> None:
         """Apply the store's answer if it has come; start the next sync if ``want`` and one is due;
         with ``wait``, wait for that answer too (a placement actor, off the launch path, decides on
@@ -137,9 +160,14 @@ class _Member:
             if not self._inflight.done():
                 return
             self._apply()
-        if want and self.due():
+        if (want or self.owes) and self.due():
             log = self.sched.log
             delta = log.take() if log is not None else {}
+            self._before = copy_state(self._total)
+            merge_into(self._total, delta, self.spec.merge)
+            if self._repush is not None:  # a restarted store has none of what came before its answer
+                merge_into(self._repush, delta, self.spec.merge)
+                delta, self._repush = self._repush, None
             self._sent = delta
             sent = time.perf_counter()
             self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding()).future()
@@ -153,8 +181,14 @@ class _Member:
     def _apply(self) -> None:
         answer, self._inflight = self._inflight, None
         try:
-            state, others = answer.result()
-        except Exception:  # the store is gone (shutdown): keep the view we have
+            state, others, incarnation = answer.result()
+        except Exception:  # the store died (it restarts: a later answer says so) or is shut down
+            return
+        restarted = self._incarnation not in (None, incarnation)
+        self._incarnation = incarnation
+        if restarted:  # it merged our last push only: keep our view, push all before it at once
+            self._repush, self._next, self._seen = copy_state(self._before), 0.0, None
+            self.sched.set_others(others)
             return
         if self._seen is None or others != self._seen[1]:
             news = True

@@ -117,9 +117,9 @@ def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_no
     initial = make_scheduler(replicated or specs["selector"], nodes).interp.state
     near_driver = NodeAffinitySchedulingStrategy(driver_node, soft=True)
     config = {"plan": plan, "nodes": list(nodes), "slots": dict(slots), "t0": t0}
-    store = ray.remote(StateStore).options(
+    store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=32,
-        scheduling_strategy=near_driver).remote(config, initial, merge)
+        max_restarts=-1, scheduling_strategy=near_driver).remote(config, initial, merge)
     placements, selector = [], None
     if "selector" in specs:
         if "schedulers" in specs:
@@ -142,6 +142,9 @@ def build(plan: SimPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_no
     return topo
 
 
+JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts
+
+
 def join(policy_name: str) -> Optional[Topology]:
     """The topology of a policy started by another process (None if none runs)."""
     import ray
@@ -150,7 +153,14 @@ def join(policy_name: str) -> Optional[Topology]:
         store = ray.get_actor(actor_name(policy_name, "store"), namespace=NAMESPACE)
     except ValueError:
         return None
-    cfg = ray.get(store.config.remote())
+    for attempt in itertools.count():
+        try:
+            cfg = ray.get(store.config.remote())
+            break
+        except ray.exceptions.ActorUnavailableError:  # restarting (see StateStore): it comes back
+            if attempt >= JOIN_ATTEMPTS:
+                raise
+            time.sleep(0.1)
     selector = None
     specs = role_specs(cfg["plan"])
     if "selector" in specs:
