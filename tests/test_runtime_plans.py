@@ -32,6 +32,31 @@ def work(x, sleep=0.0):
     return x, ray.get_runtime_context().get_node_id(), start
 
 
+@ray.remote(num_cpus=0, max_concurrency=2)
+class Submitter:
+    """Another process submitting DRF-LB tasks of one tenant (so that the selector has two clients)."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+
+    def join(self):
+        return ra.runtime_of("drf_lb").plan.architecture
+
+    def run(self, tenant, n, sleep, gap=0.0):
+        """Submit up to ``n`` tasks (``gap`` s apart) of ``sleep`` s each, until stopped; their results."""
+        f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
+        futures = []
+        for i in range(n):
+            if self.stopped.is_set():
+                break
+            futures.append(f.submit(i, sleep))
+            time.sleep(gap)
+        return [x for x, _, _ in ray.get([fut.result() for fut in futures])]
+
+    def stop(self):
+        self.stopped.set()
+
+
 def _actor_alive(name: str) -> bool:
     try:
         ray.get_actor(name, namespace=NAMESPACE)
@@ -331,14 +356,8 @@ def test_hybrid_placements_see_every_node_as_taken_as_it_is(drf):
     ignored, a node got 3 and more), and the slots fill."""
     rt = drf("hybrid", queue=1)  # 4 nodes x (1 executor + 1 queued) = 8 slots
 
-    @ray.remote(num_cpus=0)
-    class Submitter:
-        def run(self, tenant, n):
-            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
-            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.4) for i in range(n)]])]
-
     subs = [Submitter.remote() for _ in range(2)]
-    runs = [s.run.remote(t, 16) for s, t in zip(subs, ["a", "b"])]
+    runs = [s.run.remote(t, 16, 0.4) for s, t in zip(subs, ["a", "b"])]
     selector, peak_node, peak_total = rt.topology.selector, 0, 0
     while ray.wait(runs, num_returns=2, timeout=0.02)[1]:
         loads = ray.get(selector.stats.remote())["loads"]
@@ -359,24 +378,6 @@ def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
     client submitting all along keeps any from being alone (no lease would take the tasks over):
     the two backlogged clients finish while it still runs."""
     rt = drf(plan, queue=0)  # 4 slots
-
-    @ray.remote(num_cpus=0, max_concurrency=2)
-    class Submitter:
-        def __init__(self):
-            self.stopped = threading.Event()
-
-        def run(self, tenant, n, sleep, gap=0.0):
-            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
-            futures = []
-            for i in range(n):
-                if self.stopped.is_set():
-                    break
-                futures.append(f.submit(i, sleep))
-                time.sleep(gap)
-            return [x for x, _, _ in ray.get([fut.result() for fut in futures])]
-
-        def stop(self):
-            self.stopped.set()
 
     subs = [Submitter.remote() for _ in range(3)]
     keeper = subs[2].run.remote("c", 1000, 0.02, 0.2)  # a task every 0.2 s, until stopped
@@ -410,14 +411,8 @@ def test_a_placement_scheduler_that_dies_loses_no_task(drf):
     to the next one, and no more to it: every task runs, once."""
     rt = drf("hybrid", queue=0)  # 4 slots
 
-    @ray.remote(num_cpus=0)
-    class Submitter:
-        def run(self, tenant, n):
-            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
-            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.3) for i in range(n)]])]
-
     subs = [Submitter.remote() for _ in range(2)]
-    runs = [s.run.remote(t, 12) for s, t in zip(subs, ["a", "b"])]  # no lease: two clients
+    runs = [s.run.remote(t, 12, 0.3) for s, t in zip(subs, ["a", "b"])]  # no lease: two clients
     selector = rt.topology.selector
     deadline = time.monotonic() + 30
     while ray.get(selector.stats.remote())["decisions"] < 6 and time.monotonic() < deadline:
@@ -438,18 +433,9 @@ def test_a_state_store_that_dies_is_restarted_and_gets_the_merged_state_back(drf
     rt = drf("decentralized", queue=0)  # 4 slots
     store = rt.topology.store
 
-    @ray.remote(num_cpus=0)
-    class Submitter:
-        def join(self):
-            return ra.runtime_of("drf_lb").plan.architecture
-
-        def run(self, tenant, n):
-            f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
-            return [x for x, _, _ in ray.get([fut.result() for fut in [f.submit(i, 0.5) for i in range(n)]])]
-
     sub = Submitter.remote()
     assert ray.get(sub.join.remote(), timeout=60) == "decentralized"
-    theirs = sub.run.remote("b", 8)
+    theirs = sub.run.remote("b", 8, 0.5)
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
     mine = [fn.submit(i, 0.5) for i in range(8)]
     time.sleep(0.7)  # tasks of both running, their OnDispatch pushed
