@@ -206,6 +206,7 @@ class _Member:
             merged = copy_state(state)
             merge_into(merged, log.peek(), self.spec.merge)  # this replica's changes since the push
             self.sched.interp.state.update(merged)
+            log.rebase(state)  # (those changes are still to push)
         self.sched.set_others(others)
 
     def report(self) -> None:

@@ -15,7 +15,7 @@ submitting process, the selector actor, a placement actor on a node; see
 * **power-of-d** scores ``d`` random nodes with room per decision instead
   of all of them;
 * **State** is this scheduler's copy; with ``merge`` (replicated State) its
-  hooks' changes are logged for the next push to the state store.
+  hooks' changes since the last push are what :class:`DeltaLog` tells.
 
 Decisions use the reference interpreter and tie rules (earlier arrival,
 then task id, then node order), so a scheduler that sees everything decides
@@ -221,7 +221,7 @@ class Scheduler:
         self.hooks = hooks
         self.fifo = fifo
         self.sample_d = sample_d
-        self.log = DeltaLog(merge) if merge else None
+        self.log = DeltaLog(merge, self.interp.state) if merge else None
         self._rng = random.Random(seed)
         reads = task_attributes_read(program.score)
         self._pending = _Pending(fifo, None if "arrival" in reads else group_key(program.score))
@@ -232,14 +232,8 @@ class Scheduler:
 
     # ---------------------------------------------------------------- hooks
     def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
-        if not (self.hooks and self.interp.has_hook(name)):  # (no State snapshot for a hook the policy lacks)
-            return
-        if self.log is None:
+        if self.hooks:
             self.interp.run_hook(name, task, node, now)
-            return
-        before = self.log.snapshot(self.interp.state)
-        self.interp.run_hook(name, task, node, now)
-        self.log.record(before, self.interp.state)
 
     # ---------------------------------------------------------------- queue
     def add(self, task: TaskState, now: float) -> None:

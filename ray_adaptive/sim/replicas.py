@@ -4,19 +4,18 @@ Shared by the plan simulator's periodic sync and the runtime's state store.
 
 The compiler classifies each State variable hooks change by how replicas
 merge (``add`` for ``+=``/``-=`` deltas, ``max``/``min``, ``none``: last
-writer wins; see :mod:`ray_adaptive.compiler.units`). A replica records its
-hooks' changes in a :class:`DeltaLog`; the state store merges pushed deltas
-with :func:`merge_into` and hands the merged State back.
+writer wins; see :mod:`ray_adaptive.compiler.units`). A replica's
+:class:`DeltaLog` tells its hooks' changes; the state store merges pushed
+deltas with :func:`merge_into` and hands the merged State back.
 
 Hooks assign new values (the interpreter never mutates a value in place), so
 a changed entry is one whose object identity changed.
 
 Example:
-    >>> log = DeltaLog({"alloc": "add"})
     >>> state = {"alloc": {"a": 1.0}}
-    >>> before = log.snapshot(state)
+    >>> log = DeltaLog({"alloc": "add"}, state)
     >>> state["alloc"] = {"a": 3.0}
-    >>> log.record(before, state); log.take()
+    >>> log.take()
     {'alloc': {'a': 2.0}}
 """
 
@@ -61,42 +60,54 @@ def _combine(kind: str, old, new):
 
 
 class DeltaLog:
-    """The changes a replica's hooks made to its dynamic State since the last :meth:`take`."""
+    """The changes a replica's hooks made to its dynamic State since the last :meth:`take`.
 
-    def __init__(self, merge: Mapping[str, str]):
+    Computed when asked, against the State as of the last :meth:`take` (or
+    :meth:`rebase`): hooks assign new values, never change one in place, so
+    an entry changed iff its object is another. (Recorded hook by hook
+    instead, a snapshot and a comparison per hook cost a decentralized
+    DRF-LB loop 5-9 us per task; a push comes every 10-100 ms.)
+    """
+
+    def __init__(self, merge: Mapping[str, str], state: Dict[str, Any]):
+        """``state``: the replica's State, the very dict its hooks change."""
         self.merge = dict(merge)  # variable -> add | max | min | none
-        self._unpushed: Dict[str, Any] = {}
+        self._state = state
+        self._base = self._snapshot(state)
 
-    def snapshot(self, state: Mapping[str, Any]) -> dict:
+    def _snapshot(self, state: Mapping[str, Any]) -> dict:
         return {v: (dict(state[v]) if isinstance(state[v], dict) else state[v]) for v in self.merge}
 
-    def record(self, before: Mapping[str, Any], state: Mapping[str, Any]) -> None:
-        """Add what changed from ``before`` to ``state`` (for ``add``: the difference; else the new value)."""
+    def peek(self) -> dict:
+        """The changes not pushed yet (for ``add``: the difference; else the new value)."""
+        out: Dict[str, Any] = {}
         for v, kind in self.merge.items():
-            old, new = before[v], state[v]
+            old, new = self._base[v], self._state[v]
             if isinstance(new, dict):
-                pend = None
+                changed = {}
                 for k, x in new.items():
                     prev = old.get(k)
-                    if prev is x:
-                        continue
-                    pend = self._unpushed.setdefault(v, {}) if pend is None else pend
-                    d = x - prev if kind == "add" and prev is not None else x
-                    pend[k] = pend[k] + d if kind == "add" and k in pend else d
+                    if prev is not x:
+                        changed[k] = x - prev if kind == "add" and prev is not None else x
+                if changed:
+                    out[v] = changed
             elif new is not old:
-                d = new - old if kind == "add" else new
-                self._unpushed[v] = self._unpushed[v] + d if kind == "add" and v in self._unpushed else d
-
-    def peek(self) -> dict:
-        """The changes not pushed yet (left in the log)."""
-        return self._unpushed
-
-    def take(self) -> dict:
-        out, self._unpushed = self._unpushed, {}
+                out[v] = new - old if kind == "add" else new
         return out
 
+    def take(self) -> dict:
+        """:meth:`peek`, and the State now becomes the base of the next changes."""
+        out = self.peek()
+        self._base = self._snapshot(self._state)
+        return out
+
+    def rebase(self, base: Mapping[str, Any]) -> None:
+        """The replica's State became ``base`` plus :meth:`peek` (a sync's answer merged in):
+        changes are counted from ``base`` from now on."""
+        self._base = self._snapshot(base)
+
     def __bool__(self) -> bool:
-        return bool(self._unpushed)
+        return bool(self.peek())
 
 
 def merge_into(store: dict, delta: Mapping[str, Any], merge: Mapping[str, str]) -> None:
