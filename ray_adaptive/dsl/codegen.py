@@ -38,7 +38,7 @@ import numpy as np
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, TASK_ATTRIBUTES
 from ray_adaptive.dsl.interp import (_check_lengths, _reduce_vec, _scalar_key, _to_state, _vec_item, _vec_of,
-                                     _vec_with, zero_value)
+                                     _vec_with, vec_dtype, zero_value)
 
 __all__ = ["compile_hook", "hook_source", "audit"]
 
@@ -57,13 +57,10 @@ def _vec(value, dtype):
     return np.array(value, dtype=dtype).reshape(-1)
 
 
-_DTYPE = {"float": np.dtype(float), "int": np.dtype(np.int64)}
-
-
 def _fresh_to_state(value, t: ir.Type):
     """:func:`_to_state` of a value just computed, that nothing else refers to: a vec already in
     State's form (1-D, its dtype) is kept, not copied."""
-    if type(value) is np.ndarray and value.ndim == 1 and t.kind == "vec" and value.dtype == _DTYPE[t.elem.kind]:
+    if type(value) is np.ndarray and value.ndim == 1 and t.kind == "vec" and value.dtype == vec_dtype(t):
         return value
     return _to_state(value, t)
 
@@ -127,7 +124,7 @@ class _Emitter:
             raw = f"node.{name}" if name in _NODE_ATTRIBUTES else f"node.fields[{name!r}]"
         kind = e.type.kind
         if kind == "vec":
-            return f"_vec({raw}, {self.const(float if e.type.elem.kind == 'float' else np.int64)})"
+            return f"_vec({raw}, {self.const(vec_dtype(e.type))})"
         if kind in _SCALAR_OF:
             return f"{_SCALAR_OF[kind]}({raw})"
         return raw  # string, map: as given
@@ -175,7 +172,7 @@ class _Emitter:
         return f"({self.expr(e.then)} if {self.expr(e.test)} else {self.expr(e.orelse)})"
 
     def _veclit(self, e: ir.VecLit) -> str:
-        dtype = self.const(float if e.type.elem.kind == "float" else np.int64)
+        dtype = self.const(vec_dtype(e.type))
         return f"_vec_of([{', '.join(self.expr(i) for i in e.items)}], {dtype})"
 
     def _maplit(self, e: ir.MapLit) -> str:

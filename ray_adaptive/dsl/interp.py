@@ -133,10 +133,18 @@ def _vec_of(values: list, dtype):
     return np.stack(values, axis=-1).astype(dtype)
 
 
+def vec_dtype(t: ir.Type) -> np.dtype:
+    """The numpy dtype a vec of type ``t`` is held in: float64, or int64 (ints and bools)."""
+    return _FLOAT64 if t.elem.kind == "float" else _INT64
+
+
+_FLOAT64, _INT64 = np.dtype(float), np.dtype(np.int64)
+
+
 def _to_state(value, t: ir.Type):
     """A computed value (possibly a (1, 1) array) as stored in State."""
     if t.kind == "vec":
-        dtype = float if t.elem.kind == "float" else np.int64
+        dtype = vec_dtype(t)
         return np.array(value, dtype=dtype).reshape(-1)
     if t.kind in ("map",):
         return value
@@ -193,7 +201,7 @@ class _Compiler:
             lengths = {len(v) for v in values}
             if len(lengths) > 1:
                 raise PolicyRuntimeError(f"{what} has vectors of different lengths {sorted(lengths)} across {', '.join(ids[:5])}")
-            arr = np.asarray(values, dtype=float if t.elem.kind == "float" else np.int64)
+            arr = np.asarray(values, dtype=vec_dtype(t))
             return arr.reshape(shape + (arr.shape[-1] if arr.ndim == 2 else 0,))
         if t.kind in ("string", "map"):
             arr = np.empty(len(values), dtype=object)
@@ -355,7 +363,7 @@ class _Compiler:
 
     def _veclit(self, e: ir.VecLit):
         items = [self.expr(i) for i in e.items]
-        dtype = float if e.type.elem.kind == "float" else np.int64
+        dtype = vec_dtype(e.type)
 
         return lambda env: _vec_of([i(env) for i in items], dtype)
 
@@ -575,9 +583,6 @@ class Interpreter:
             return
         with np.errstate(all="ignore"):
             hook(task, node, self.state, now, self.num_nodes)
-
-    def has_hook(self, name: str) -> bool:
-        return name in self._hooks
 
 
 def argmin_pair(scores: np.ndarray) -> Optional[tuple[int, int]]:
