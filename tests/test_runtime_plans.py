@@ -406,6 +406,42 @@ def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
     for s in subs:
         ray.kill(s)
 
+def test_idle_clients_hand_their_running_tasks_to_a_restarted_selector_at_once(drf):
+    """Two processes with tasks running and nothing more to submit: when the selector restarts,
+    each hands its running tasks back within a few seconds -- not only when it next submits --
+    so the new selector counts their room and State while they still run."""
+    rt = drf("centralized", queue=0)  # 4 slots
+
+    subs = [Submitter.remote() for _ in range(2)]
+    runs = [s.run.remote(t, 2, 15.0) for s, t in zip(subs, ["a", "b"])]
+    selector = rt.topology.selector
+
+    def snapshot():
+        try:
+            return ray.get(selector.export.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return None  # restarting
+
+    deadline = time.monotonic() + 30  # a lease, if either had one, was recalled by the other
+    while len((snapshot() or {}).get("running", [])) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(snapshot()["running"]) == 4
+    ray.kill(selector, no_restart=False)
+    killed, snap = time.monotonic(), None
+    while time.monotonic() - killed < 10:  # a restart takes 1-3 s here; the handbacks come 0.25 s after
+        snap = snapshot()
+        if snap is not None and len(snap["running"]) == 4:
+            break
+        time.sleep(0.05)
+    assert not ray.wait(runs, timeout=0)[0], "the tasks ended first: the test proves nothing"
+    assert snap is not None and len(snap["running"]) == 4, (time.monotonic() - killed, snap)
+    for tenant in ("a", "b"):  # their OnDispatch ran again there
+        assert snap["state"]["alloc"][tenant] == pytest.approx([2 * v for v in VEC]), snap["state"]
+    assert ray.get(runs, timeout=60) == [[0, 1]] * 2
+    for s in subs:
+        ray.kill(s)
+
+
 def test_a_placement_scheduler_that_dies_loses_no_task(drf):
     """The hybrid's selector sends what a dead placement scheduler was given and did not place
     to the next one, and no more to it: every task runs, once."""

@@ -318,6 +318,10 @@ class Selector:
     change sends its undecided tasks again and, as a handback with
     ``rebuild``, the tasks it launched that run still, whose OnDispatch
     rebuilds State here (see :class:`~ray_adaptive.runtime.topology.RemoteDecider`).
+    A client with tasks running and nothing to submit asks every
+    ``IDLE_CHECK_S`` (an empty exchange: nothing of its waits here, so it is
+    answered at once), so it hands them back within ``LEASE_QUIET_S`` of
+    the restart, before any lease.
     A task already pending or running here is not added twice. A hybrid's
     restarted selector first empties its placement schedulers, which held
     tasks for the old one.

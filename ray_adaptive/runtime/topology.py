@@ -286,10 +286,16 @@ class RemoteDecider:
     sends every task still undecided again, and the tasks decided and not
     finished as a ``rebuild`` handback (with the nodes seen dead), so the
     new selector counts their room and rebuilds State by their OnDispatch.
-    A task is launched once: only on the first decision for it.
+    A task is launched once: only on the first decision for it. A process
+    with tasks running and nothing to submit would see no answer, so it
+    asks every ``IDLE_CHECK_S`` (an empty exchange): the running tasks go
+    back within that of the restart, well inside the restarted selector's
+    ``LEASE_QUIET_S`` (no lease before the handbacks), and not only when
+    the process next submits -- until then, their room would be free there.
     """
 
     thread_safe = True  # locks itself (its client thread shares it)
+    IDLE_CHECK_S = 0.25
 
     def __init__(self, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float):
         self.client = new_client_id()
@@ -362,7 +368,10 @@ class RemoteDecider:
         while True:
             with self._cond:
                 while not (self._out or self._sent or self._local is not None or self._resync) and not self._closed:
-                    self._cond.wait()
+                    if not self._running:
+                        self._cond.wait()
+                    elif not self._cond.wait(self.IDLE_CHECK_S):
+                        break  # idle with tasks running: is the selector the one that knows them?
                 if self._closed:
                     return
                 leased = self._local is not None
