@@ -56,6 +56,14 @@ class Submitter:
     def stop(self):
         self.stopped.set()
 
+    def check_every(self, seconds):
+        """How often this process, idle with tasks running, asks the selector (see RemoteDecider):
+        from now on, the wait in progress cut short."""
+        decider = ra.runtime_of("drf_lb").router.decider
+        decider.IDLE_CHECK_S = seconds
+        with decider._cond:
+            decider._cond.notify_all()
+
 
 def _actor_alive(name: str) -> bool:
     try:
@@ -74,8 +82,8 @@ def _no_runtime_left(policy: str, placements: int = 4) -> bool:
 def drf(ray_cluster):
     started = []
 
-    def start(plan, **kw):
-        rt = ra.start("drf_lb", plan=plan, executors=1, **kw)
+    def start(plan, executors=1, **kw):
+        rt = ra.start("drf_lb", plan=plan, executors=executors, **kw)
         started.append(rt)
         return rt
 
@@ -446,6 +454,52 @@ def test_idle_clients_hand_their_running_tasks_to_a_restarted_selector_at_once(d
     assert ray.get(runs, timeout=60) == [[0, 1]] * 2
     for s in subs:
         ray.kill(s)
+
+
+def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_state(drf):
+    """A process slow to hand its running tasks to a restarted selector (here: held back until
+    another process leases it) finds the lease out, and the holder's State, handed back on the
+    recall, knows nothing of them: their OnDispatch runs after it lands. Before, it ran first
+    and the holder's State overwrote it -- tenant a's allocation read zero with two of its
+    tasks running."""
+    # 8 slots: the probes below find one free beside the tasks the restarted selector cannot see yet
+    rt = drf("centralized", queue=0, executors=2)
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+    selector, decider = rt.topology.selector, rt.router.decider
+    ray.get(fn.remote("warm"))  # this process leases the selector: alone
+    slow = Submitter.remote()
+    run = slow.run.remote("a", 2, 15.0)  # recalls the lease; its tasks run decided by the selector
+    deadline = time.monotonic() + 30
+    while len(ray.get(selector.export.remote())["running"]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ray.get(slow.check_every.remote(1000.0))
+    ray.kill(selector, no_restart=False)
+    time.sleep(1.0)  # (so that the probes meet the new incarnation, not the dying one)
+    leases = decider.leases
+    deadline = time.monotonic() + 20  # restarted, and quiet for LEASE_QUIET_S: this process leases it again
+    while decider.leases == leases and time.monotonic() < deadline:
+        try:
+            ray.get(fn.remote("probe"), timeout=10)
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.3)
+    assert decider.leases > leases, "no lease after the restart: the race is not set up"
+    ray.get(slow.check_every.remote(0.25))  # it checks now: its rebuild recalls the lease
+    deadline = time.monotonic() + 20
+    snap = ray.get(selector.export.remote())
+    while not (snap["leased_to"] is None and len(snap["running"]) == 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        snap = ray.get(selector.export.remote())
+    assert not ray.wait([run], timeout=0)[0], "its tasks ended first: the test proves nothing"
+    assert snap["leased_to"] is None and len(snap["running"]) == 2, snap
+    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
+    assert ray.get(run, timeout=60) == [0, 1]
+    deadline = time.monotonic() + 10
+    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
+        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    ray.kill(slow)
 
 
 def test_a_placement_scheduler_that_dies_loses_no_task(drf):

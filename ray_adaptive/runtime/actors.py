@@ -321,7 +321,8 @@ class Selector:
     A client with tasks running and nothing to submit asks every
     ``IDLE_CHECK_S`` (an empty exchange: nothing of its waits here, so it is
     answered at once), so it hands them back within ``LEASE_QUIET_S`` of
-    the restart, before any lease.
+    the restart, before any lease. One that comes later, with a lease out,
+    is adopted when the lease comes back, after the holder's State.
     A task already pending or running here is not added twice. A hybrid's
     restarted selector first empties its placement schedulers, which held
     tasks for the old one.
@@ -359,6 +360,7 @@ class Selector:
         self._gone: set = set()  # clients that left (see forget)
         self._dead: set = set()  # nodes marked dead
         self._recalled_at: Optional[float] = None
+        self._rebuilt: Dict[str, Dict[str, TaskState]] = {}  # client -> running tasks handed back during a lease
         self.leases = 0
         self.decisions = 0
         self._closed = False
@@ -386,6 +388,8 @@ class Selector:
 
     def _release(self, ids: Sequence[str], now: float) -> None:
         for tid in ids:
+            for waiting in self._rebuilt.values():  # finished before its rebuild could land
+                waiting.pop(tid, None)
             if self._s.finish(tid, now) is None or not self._placements:
                 continue
             self._forwarded.pop(tid, None)
@@ -474,26 +478,41 @@ class Selector:
             self._recalled_at = time.monotonic()
             self._cond.notify_all()
         elif time.monotonic() - self._recalled_at > self.LEASE_TIMEOUT_S:
-            self._holder, self._recalled_at = None, None
+            self._end_lease()
+
+    def _end_lease(self) -> None:
+        """The lease is back (or taken back): the tasks rebuilt meanwhile join the State now in force."""
+        self._holder, self._recalled_at = None, None
+        rebuilt, self._rebuilt = self._rebuilt, {}
+        for client, running in rebuilt.items():
+            self._adopt(client, list(running.values()), dispatch_hooks=True)
 
     def _take_back(self, client: str, handback: dict) -> None:
         """Running tasks decided elsewhere, whose finishes come here from now on: a lease coming
         back, with the holder's State (unless it was taken already: a late holder's State is
         stale by now) -- or, after a restart (``rebuild``), a client's tasks decided by the old
-        incarnation, whose OnDispatch rebuilds their share of State."""
+        incarnation, whose OnDispatch rebuilds their share of State. A rebuild that comes while
+        a lease is out waits for it to end: the State the holder hands back replaces this one,
+        and would drop their share."""
         if self._holder == client and "state" in handback:
             self._s.interp.state.update(handback["state"])
-            self._holder, self._recalled_at = None, None
+            self._end_lease()
         for node_id in handback.get("dead", ()):
             self._mark_dead(node_id)
-        running = [t for t in handback["running"] if not self._s.knows(t.id)]
+        if handback.get("rebuild") and self._holder is not None:
+            self._rebuilt.setdefault(client, {}).update((t.id, t) for t in handback["running"])  # (exchange recalls it)
+        else:
+            self._adopt(client, handback["running"], dispatch_hooks=bool(handback.get("rebuild")))
+        self._cond.notify_all()
+
+    def _adopt(self, client: str, tasks: Sequence[TaskState], dispatch_hooks: bool) -> None:
+        running = [t for t in tasks if not self._s.knows(t.id)]
         for t in running:
             t.origin = client
             if self._placements:  # the hybrid's selector counts them in its pool of every slot
                 self._adopted[t.id], t.node = t.node, POOL
                 self._loads[self._adopted[t.id]] = self._loads.get(self._adopted[t.id], 0) + 1
-        self._s.adopt(running, dispatch_hooks=bool(handback.get("rebuild")), now=self._now())
-        self._cond.notify_all()
+        self._s.adopt(running, dispatch_hooks=dispatch_hooks, now=self._now())
 
     def _decide(self, now: float) -> None:
         if self._holder is not None:  # the holder's running tasks are not counted here until it hands them back
