@@ -56,6 +56,12 @@ class Submitter:
     def stop(self):
         self.stopped.set()
 
+    def freeze(self, seconds):
+        """Hold this process's selector client still (its lock) for ``seconds``: a holder gone silent."""
+        decider = ra.runtime_of("drf_lb").router.decider
+        with decider._cond:
+            time.sleep(seconds)
+
     def check_every(self, seconds):
         """How often this process, idle with tasks running, asks the selector (see RemoteDecider):
         from now on, the wait in progress cut short."""
@@ -500,6 +506,70 @@ def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_stat
     for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
         assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
     ray.kill(slow)
+
+
+def test_a_lease_holder_hands_its_running_tasks_to_a_restarted_selector_with_their_share_of_state(drf):
+    """A lone process holds the lease when the selector dies. The restarted one never granted
+    that lease, so the State handed back is the only record of the tasks it decided: their
+    OnDispatch rebuilds their share there, as after any restart, and their finishes take it
+    back to zero."""
+    rt = drf("centralized", queue=0)  # 4 slots
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
+    selector, decider = rt.topology.selector, rt.router.decider
+    refs = [fn.remote(i, 8.0) for i in range(2)]  # alone: decided here, under the lease
+    assert decider.leases == 1 and not decider.remote
+    ray.kill(selector, no_restart=False)
+    deadline, snap = time.monotonic() + 20, None
+    while time.monotonic() < deadline:  # the holder's next poll meets the new incarnation: it hands back
+        try:
+            snap = ray.get(selector.export.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            snap = None  # restarting
+        if snap is not None and len(snap["running"]) == 2:
+            break
+        time.sleep(0.05)
+    assert not ray.wait(refs, timeout=0)[0], "the tasks ended first: the test proves nothing"
+    assert snap is not None and len(snap["running"]) == 2 and snap["leased_to"] is None, snap
+    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
+    assert [x for x, _, _ in ray.get(refs, timeout=60)] == [0, 1]
+    deadline = time.monotonic() + 10
+    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
+        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+
+
+def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_of_state(drf):
+    """A holder silent for LEASE_TIMEOUT_S after a recall loses the lease, and State reverts to
+    the grant's. When it wakes and hands back its running tasks, their OnDispatch rebuilds their
+    share (before, they were adopted without it, and their finishes drove it below zero)."""
+    rt = drf("centralized", queue=0, executors=2)  # 8 slots: this process's task runs beside the holder's
+    selector = rt.topology.selector
+    holder = Submitter.remote()
+    run = holder.run.remote("a", 2, 15.0)  # alone: it leases the selector and decides them itself
+    deadline = time.monotonic() + 30
+    while ray.get(selector.stats.remote())["holder"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # both decided under the lease, and launched
+    frozen = holder.freeze.remote(7.0)
+    time.sleep(0.2)
+    fn = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
+    assert ray.get(fn.remote("b"), timeout=30)[0] == "b"  # decided once the silent holder lost the lease
+    ray.get(frozen, timeout=30)
+    deadline, snap = time.monotonic() + 10, ray.get(selector.export.remote())
+    while len(snap["running"]) < 2 and time.monotonic() < deadline:  # the late handback
+        time.sleep(0.05)
+        snap = ray.get(selector.export.remote())
+    assert not ray.wait([run], timeout=0)[0], "its tasks ended first: the test proves nothing"
+    assert len(snap["running"]) == 2 and snap["leased_to"] is None, snap
+    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
+    assert ray.get(run, timeout=60) == [0, 1]
+    deadline = time.monotonic() + 10
+    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
+        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    ray.kill(holder)
 
 
 def test_a_placement_scheduler_that_dies_loses_no_task(drf):

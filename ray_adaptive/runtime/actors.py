@@ -304,7 +304,9 @@ class Selector:
     client *recalls* the lease, and the holder hands back State, its
     running tasks and its pending ones before anything else is decided.
     A holder silent for ``LEASE_TIMEOUT_S`` after a recall loses the lease
-    (its process is presumed dead; State reverts to what it was at the grant).
+    (its process is presumed dead; State reverts to what it was at the grant,
+    and should it hand back after all, its running tasks rebuild their share
+    by their OnDispatch, as after a restart).
     A hybrid's selector leases too (``lease=True``, see
     :func:`~ray_adaptive.runtime.roles.lease_spec`): the holder runs the whole
     policy, and the running tasks it hands back were placed by no placement
@@ -322,7 +324,9 @@ class Selector:
     ``IDLE_CHECK_S`` (an empty exchange: nothing of its waits here, so it is
     answered at once), so it hands them back within ``LEASE_QUIET_S`` of
     the restart, before any lease. One that comes later, with a lease out,
-    is adopted when the lease comes back, after the holder's State.
+    is adopted when the lease comes back, after the holder's State. A
+    process holding a lease of the incarnation that died hands it back as
+    such a rebuild: its State is not the restarted one's to replace.
     A task already pending or running here is not added twice. A hybrid's
     restarted selector first empties its placement schedulers, which held
     tasks for the old one.
@@ -493,16 +497,22 @@ class Selector:
         stale by now) -- or, after a restart (``rebuild``), a client's tasks decided by the old
         incarnation, whose OnDispatch rebuilds their share of State. A rebuild that comes while
         a lease is out waits for it to end: the State the holder hands back replaces this one,
-        and would drop their share."""
-        if self._holder == client and "state" in handback:
+        and would drop their share. A lease whose State is not applied -- taken back from a
+        silent holder, or granted by an incarnation that died -- comes back as a rebuild too."""
+        rebuild = bool(handback.get("rebuild"))
+        lease_back = "state" in handback and self._holder == client
+        if lease_back and handback.get("granted_by", self.incarnation) == self.incarnation:
             self._s.interp.state.update(handback["state"])
+        elif "state" in handback:
+            rebuild = True
+        if lease_back:
             self._end_lease()
         for node_id in handback.get("dead", ()):
             self._mark_dead(node_id)
-        if handback.get("rebuild") and self._holder is not None:
+        if rebuild and self._holder is not None:
             self._rebuilt.setdefault(client, {}).update((t.id, t) for t in handback["running"])  # (exchange recalls it)
         else:
-            self._adopt(client, handback["running"], dispatch_hooks=bool(handback.get("rebuild")))
+            self._adopt(client, handback["running"], dispatch_hooks=rebuild)
         self._cond.notify_all()
 
     def _adopt(self, client: str, tasks: Sequence[TaskState], dispatch_hooks: bool) -> None:

@@ -312,6 +312,7 @@ class RemoteDecider:
         self._incarnation: Optional[str] = None  # of the selector that answered last
         self._resync = False  # the selector restarted: send it what it lost
         self._local = None  # the selector's scheduler, while this process holds its lease
+        self._lease_incarnation: Optional[str] = None  # of the selector that granted it
         self._local_latencies: deque = deque(maxlen=100_000)  # its decisions' latencies, over every lease
         self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
         self._closed = False
@@ -446,6 +447,7 @@ class RemoteDecider:
             self._running.clear()
             self._resync = False
             self._local = local
+            self._lease_incarnation = reply.get("incarnation")
             self.leases += 1
             return local.decide(now)
 
@@ -460,7 +462,8 @@ class RemoteDecider:
             if local is None:
                 return {}
             pending = local.cancel_pending() if with_pending else []
-            handback = {"state": copy_state(local.interp.state), "running": local.release_running()}
+            handback = {"state": copy_state(local.interp.state), "running": local.release_running(),
+                        "granted_by": self._lease_incarnation}
             for t in pending:
                 self._sent[t.id] = t
             self._running.update((t.id, t) for t in handback["running"])  # the selector's from now on
