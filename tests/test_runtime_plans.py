@@ -84,6 +84,42 @@ def _no_runtime_left(policy: str, placements: int = 4) -> bool:
     return not any(_actor_alive(n) for n in names) and resources.created_resources() == {}
 
 
+def _export_when(selector, ok, timeout: float) -> "dict | None":
+    """The selector's export (queues, State, lease) once ``ok(export)`` holds, or the last one
+    after ``timeout`` s (None: it was restarting)."""
+    deadline, snap = time.monotonic() + timeout, None
+    while True:
+        try:
+            snap = ray.get(selector.export.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            snap = None  # restarting
+        if (snap is not None and ok(snap)) or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.05)
+
+
+def _assert_share_rebuilt(selector, still_running, tasks: dict) -> None:
+    """Handed back, ``tasks`` (tenant -> how many of its tasks run) are counted by the selector,
+    no lease out, and their OnDispatch gave each tenant its share -- while ``still_running`` (their
+    refs) runs, else the check would prove nothing."""
+    n = sum(tasks.values())
+    snap = _export_when(selector, lambda s: len(s["running"]) == n and s["leased_to"] is None, 20)
+    assert not ray.wait(still_running, timeout=0)[0], "the tasks ended first: the test proves nothing"
+    assert snap is not None and len(snap["running"]) == n and snap["leased_to"] is None, snap
+    for tenant, k in tasks.items():
+        assert snap["state"]["alloc"].get(tenant) == pytest.approx([k * v for v in VEC]), snap["state"]
+
+
+def _assert_state_back_to_zero(selector) -> None:
+    """Once every task the selector counts has finished (its finishes are fire and forget),
+    nothing is pending or running and every tenant's allocation is zero: each OnDispatch matched
+    by one OnFinish."""
+    snap = _export_when(selector, lambda s: not s["running"], 10)
+    assert (snap["pending"], snap["running"]) == ([], []), snap
+    for tenant, alloc in snap["state"]["alloc"].items():
+        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+
+
 @pytest.fixture
 def drf(ray_cluster):
     started = []
@@ -415,14 +451,8 @@ def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
     ray.get(subs[2].stop.remote())
     kept = ray.get(keeper, timeout=60)
     assert kept == list(range(len(kept))) and len(kept) > 10, kept
-    deadline = time.monotonic() + 10
-    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    snap = ray.get(selector.export.remote())
-    assert (snap["pending"], snap["running"]) == ([], []), snap
+    _assert_state_back_to_zero(selector)  # handed back, re-dispatched, finished
     assert ray.get(selector.stats.remote())["decisions"] < 16 + len(kept)  # a new incarnation: only what was left
-    for tenant, alloc in snap["state"]["alloc"].items():  # handed back, re-dispatched, finished: zero
-        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
     for s in subs:
         ray.kill(s)
 
@@ -435,29 +465,12 @@ def test_idle_clients_hand_their_running_tasks_to_a_restarted_selector_at_once(d
     subs = [Submitter.remote() for _ in range(2)]
     runs = [s.run.remote(t, 2, 15.0) for s, t in zip(subs, ["a", "b"])]
     selector = rt.topology.selector
-
-    def snapshot():
-        try:
-            return ray.get(selector.export.remote(), timeout=5)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return None  # restarting
-
-    deadline = time.monotonic() + 30  # a lease, if either had one, was recalled by the other
-    while len((snapshot() or {}).get("running", [])) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(snapshot()["running"]) == 4
+    # (a lease, if either had one, was recalled by the other)
+    assert len(_export_when(selector, lambda snap: len(snap["running"]) == 4, 30)["running"]) == 4
     ray.kill(selector, no_restart=False)
-    killed, snap = time.monotonic(), None
-    while time.monotonic() - killed < 10:  # a restart takes 1-3 s here; the handbacks come 0.25 s after
-        snap = snapshot()
-        if snap is not None and len(snap["running"]) == 4:
-            break
-        time.sleep(0.05)
-    assert not ray.wait(runs, timeout=0)[0], "the tasks ended first: the test proves nothing"
-    assert snap is not None and len(snap["running"]) == 4, (time.monotonic() - killed, snap)
-    for tenant in ("a", "b"):  # their OnDispatch ran again there
-        assert snap["state"]["alloc"][tenant] == pytest.approx([2 * v for v in VEC]), snap["state"]
+    _assert_share_rebuilt(selector, runs, {"a": 2, "b": 2})  # a restart takes 1-3 s here; handbacks 0.25 s after
     assert ray.get(runs, timeout=60) == [[0, 1]] * 2
+    _assert_state_back_to_zero(selector)
     for s in subs:
         ray.kill(s)
 
@@ -475,9 +488,7 @@ def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_stat
     ray.get(fn.remote("warm"))  # this process leases the selector: alone
     slow = Submitter.remote()
     run = slow.run.remote("a", 2, 15.0)  # recalls the lease; its tasks run decided by the selector
-    deadline = time.monotonic() + 30
-    while len(ray.get(selector.export.remote())["running"]) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert len(_export_when(selector, lambda snap: len(snap["running"]) == 2, 30)["running"]) == 2
     ray.get(slow.check_every.remote(1000.0))
     ray.kill(selector, no_restart=False)
     time.sleep(1.0)  # (so that the probes meet the new incarnation, not the dying one)
@@ -491,20 +502,9 @@ def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_stat
         time.sleep(0.3)
     assert decider.leases > leases, "no lease after the restart: the race is not set up"
     ray.get(slow.check_every.remote(0.25))  # it checks now: its rebuild recalls the lease
-    deadline = time.monotonic() + 20
-    snap = ray.get(selector.export.remote())
-    while not (snap["leased_to"] is None and len(snap["running"]) == 2) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        snap = ray.get(selector.export.remote())
-    assert not ray.wait([run], timeout=0)[0], "its tasks ended first: the test proves nothing"
-    assert snap["leased_to"] is None and len(snap["running"]) == 2, snap
-    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
+    _assert_share_rebuilt(selector, [run], {"a": 2})
     assert ray.get(run, timeout=60) == [0, 1]
-    deadline = time.monotonic() + 10
-    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
-        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    _assert_state_back_to_zero(selector)
     ray.kill(slow)
 
 
@@ -519,30 +519,17 @@ def test_a_lease_holder_hands_its_running_tasks_to_a_restarted_selector_with_the
     refs = [fn.remote(i, 8.0) for i in range(2)]  # alone: decided here, under the lease
     assert decider.leases == 1 and not decider.remote
     ray.kill(selector, no_restart=False)
-    deadline, snap = time.monotonic() + 20, None
-    while time.monotonic() < deadline:  # the holder's next poll meets the new incarnation: it hands back
-        try:
-            snap = ray.get(selector.export.remote(), timeout=5)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            snap = None  # restarting
-        if snap is not None and len(snap["running"]) == 2:
-            break
-        time.sleep(0.05)
-    assert not ray.wait(refs, timeout=0)[0], "the tasks ended first: the test proves nothing"
-    assert snap is not None and len(snap["running"]) == 2 and snap["leased_to"] is None, snap
-    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
+    _assert_share_rebuilt(selector, refs, {"a": 2})  # the holder's next poll meets the new incarnation
     assert [x for x, _, _ in ray.get(refs, timeout=60)] == [0, 1]
-    deadline = time.monotonic() + 10
-    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
-        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    _assert_state_back_to_zero(selector)
 
 
 def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_of_state(drf):
     """A holder silent for LEASE_TIMEOUT_S after a recall loses the lease, and State reverts to
     the grant's. When it wakes and hands back its running tasks, their OnDispatch rebuilds their
-    share (before, they were adopted without it, and their finishes drove it below zero)."""
+    share (before, they were adopted without it, and their finishes drove it below zero). A task
+    of this process runs meanwhile, so the selector cannot lease to the holder again: a fresh
+    lease would take its State whole, the path this test is not about."""
     rt = drf("centralized", queue=0, executors=2)  # 8 slots: this process's task runs beside the holder's
     selector = rt.topology.selector
     holder = Submitter.remote()
@@ -554,21 +541,12 @@ def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_o
     frozen = holder.freeze.remote(7.0)
     time.sleep(0.2)
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
-    assert ray.get(fn.remote("b"), timeout=30)[0] == "b"  # decided once the silent holder lost the lease
+    b = fn.remote("b", 12.0)  # decided once the silent holder lost the lease; running, it keeps any
+    assert ray.get(selector.stats.remote())["holder"] is None  # new lease from the holder's next poll
     ray.get(frozen, timeout=30)
-    deadline, snap = time.monotonic() + 10, ray.get(selector.export.remote())
-    while len(snap["running"]) < 2 and time.monotonic() < deadline:  # the late handback
-        time.sleep(0.05)
-        snap = ray.get(selector.export.remote())
-    assert not ray.wait([run], timeout=0)[0], "its tasks ended first: the test proves nothing"
-    assert len(snap["running"]) == 2 and snap["leased_to"] is None, snap
-    assert snap["state"]["alloc"].get("a") == pytest.approx([2 * v for v in VEC]), snap["state"]
-    assert ray.get(run, timeout=60) == [0, 1]
-    deadline = time.monotonic() + 10
-    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for tenant, alloc in ray.get(selector.export.remote())["state"]["alloc"].items():
-        assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+    _assert_share_rebuilt(selector, [run, b], {"a": 2, "b": 1})  # the late handback
+    assert ray.get(run, timeout=60) == [0, 1] and ray.get(b, timeout=60)[0] == "b"
+    _assert_state_back_to_zero(selector)
     ray.kill(holder)
 
 
@@ -676,13 +654,7 @@ def test_a_process_leaving_with_tasks_pending_at_the_selector_frees_their_room(d
     # DRF would give b's tasks (no allocation) every slot a frees: had the selector kept them, they
     # would hold those slots for a process that is gone, and a's backlog would never finish
     assert [x for x, _, _ in ray.get([f.result(timeout=30) for f in a])] == list(range(12))
-    selector = rt.topology.selector
-    deadline = time.monotonic() + 10
-    while ray.get(selector.export.remote())["running"] and time.monotonic() < deadline:
-        time.sleep(0.05)  # the last finish notifications are fire and forget
-    snap = ray.get(selector.export.remote())
-    assert (snap["pending"], snap["running"]) == ([], [])
-    assert all(v == pytest.approx([0.0, 0.0, 0.0], abs=1e-9) for v in snap["state"]["alloc"].values()), snap["state"]
+    _assert_state_back_to_zero(rt.topology.selector)
 
 
 def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
