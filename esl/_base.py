@@ -188,3 +188,31 @@ def _matching_nodes(node_spec) -> List[str]:
             if all(r.get(k, {}).get("total", 0.0) >= v for k, v in node_spec.items())
         ]
     return list(node_spec)
+
+
+class Owned:
+    """Base: an ESL object owns every resource named ``<prefix>...``; close() removes them."""
+
+    _kind = "esl"
+
+    def __init__(self) -> None:
+        self._prefix = new_prefix(self._kind)
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Remove every resource this object created, on every node (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        release_prefix(self._prefix)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ResourceError(f"this {type(self).__name__} is closed; create a new one")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -233,7 +233,7 @@ class Gang:
         if self._aa is not None:
             for node in take:
                 take[node][self._aa._token_name] = 1.0
-        with _res._cluster_lock("convert"):
+        with _res.cluster_lock("convert"):
             state = _res.get_cluster_state(list(take))
             if set(state) != set(take):
                 return False
@@ -241,7 +241,7 @@ class Gang:
             for node, t in take.items():
                 request[node] = {r: state[node].get(r, {}).get("total", 0.0) - v for r, v in t.items()}
                 request[node].update(names[node])
-            replies = _res._resize_raw(request)
+            replies = _res.resize_many(request, convert_from=_sources(take))
             short = False
             for node, t in take.items():
                 for r, v in t.items():
@@ -257,7 +257,7 @@ class Gang:
                         back[r] = before  # after == before - actually taken
                     back.update({name: 0 for name in names[node]})
                     rollback[node] = back
-                _res._resize_raw(rollback)
+                _res.resize_many(rollback, convert_from=_sources(take))
                 return False
         self._taken = take
         self._names = names
@@ -291,7 +291,7 @@ class Gang:
         unfinished = _hand_back_many(jobs)
         for node in unfinished:
             t, r, l, o = jobs[node]
-            _res._add_job(lambda n=node, t=t, r=r, l=l, o=o: not _hand_back_many({n: (t, r, l, o)}))
+            _res.retry_until_done(lambda n=node, t=t, r=r, l=l, o=o: not _hand_back_many({n: (t, r, l, o)}))
 
     def _abort(self) -> None:
         import ray
@@ -317,6 +317,11 @@ class Gang:
         return f"Gang({len(self._bundles)} bundles, {self._strategy}, {state})"
 
 
+def _sources(per_node) -> set:
+    """The resources a gang converts units from (CPU, custom ones): resized as they are, not as new names."""
+    return {r for amounts in per_node.values() for r in amounts}
+
+
 def _hand_back_many(jobs) -> List[str]:
     """Delete what is left of a gang's resources and return the freed units.
 
@@ -331,8 +336,8 @@ def _hand_back_many(jobs) -> List[str]:
     jobs = {n: j for n, j in jobs.items() if n in alive}  # dead node: nothing to give back
     if not jobs:
         return []
-    with _res._cluster_lock("convert"):
-        replies = _res._resize_raw({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
+    with _res.cluster_lock("convert"):
+        replies = _res.resize_many({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
         gives = {}
         unfinished = []
         for node, (taken, returned, left, resource_of) in jobs.items():
@@ -352,5 +357,5 @@ def _hand_back_many(jobs) -> List[str]:
             if still:
                 unfinished.append(node)
         if gives:
-            _res._resize_raw(gives)
+            _res.resize_many(gives, convert_from=_sources(gives))
     return unfinished

@@ -3,7 +3,6 @@ soft constraints and data locality, each over ephemeral resources."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Dict, List, Mapping, Optional
 
@@ -12,35 +11,7 @@ from ray_adaptive import resources as _res
 from ray_adaptive.errors import ResourceError
 
 
-class _Owned:
-    """Base: an ESL object owns every resource named ``<prefix>...``; close() removes them."""
-
-    _kind = "esl"
-
-    def __init__(self) -> None:
-        self._prefix = _base.new_prefix(self._kind)
-        self._lock = threading.RLock()
-        self._closed = False
-
-    def close(self) -> None:
-        """Remove every resource this object created, on every node (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        _base.release_prefix(self._prefix)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ResourceError(f"this {type(self).__name__} is closed; create a new one")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class _Routed(_Owned):
+class _Routed(_base.Owned):
     """Base for ESLs that route each task to a node they choose (via node markers).
 
     ``submit()`` also remembers the task, so the ESL knows each node's load
@@ -113,7 +84,7 @@ class _Routed(_Owned):
             return ref
 
 
-class CoLocation(_Owned):
+class CoLocation(_base.Owned):
     """Run groups of tasks/actors on one node each (ESCHER's ``CoLocationESL``).
 
     ``group(name, res_req)`` places the group on the node with the most free
@@ -198,7 +169,7 @@ class CoLocation(_Owned):
             self._nodes.pop(name, None)
 
 
-class AntiAffinity(_Owned):
+class AntiAffinity(_base.Owned):
     """At most ``max_per_node`` members per node: creates ``{token: max_per_node}`` on every node.
 
     Members beyond what the nodes can take wait (that is anti-affinity, not
@@ -429,7 +400,7 @@ class SoftConstraint(_Routed):
         return max(room, key=room.get, default=None)
 
 
-class DataLocality(_Owned):
+class DataLocality(_base.Owned):
     """Run a task on the node that holds (most bytes of) its input objects.
 
     Falls back to any node when the objects' locations are unknown, or, with

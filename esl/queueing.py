@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from esl import _base
-from esl.placement import _Owned
 from ray_adaptive import resources as _res
 
 
@@ -35,7 +34,7 @@ class _Item:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
-class _Dispatcher(_Owned):
+class _Dispatcher(_base.Owned):
     """Admission queue + dispatcher thread; subclasses choose the next item."""
 
     _kind = "q"

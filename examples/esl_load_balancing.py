@@ -14,7 +14,7 @@ import ray
 
 import esl
 from ray_adaptive import resources
-from ray_adaptive.local_cluster import start_local_cluster
+from ray_adaptive.local_multinode import start_local_cluster
 
 
 

@@ -72,10 +72,10 @@ class PolicyRuntime:
 
     def stats(self) -> dict:
         """Counts so far (this process's submissions) and decision latency percentiles (seconds)."""
-        from ray_adaptive.monitor import _pcts
+        from ray_adaptive.monitor import percentiles
 
         s = self.router.stats
-        p50, p99 = _pcts(self.router.decision_latencies(), (0.5, 0.99))
+        p50, p99 = percentiles(self.router.decision_latencies(), (0.5, 0.99))
         return {"plan": self.plan.name, "architecture": self.plan.architecture, "submitted": s.submitted,
                 "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
                 "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
@@ -112,7 +112,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
-        plan: how decisions are made (see :mod:`ray_adaptive.runtime.plan_select`):
+        plan: how decisions are made (see :func:`ray_adaptive.compiler.select_plan`):
             ``"auto"`` (the compiler's choice for this cluster at ``rate``),
             ``"centralized"`` (a selector actor), ``"decentralized"`` (each
             submitting process decides, State synced through a store actor),
@@ -136,9 +136,9 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
     """
     import ray
 
+    from ray_adaptive.compiler import analyze, lower, select_plan
+    from ray_adaptive.plan import NodeState
     from ray_adaptive.runtime.binding import SlotBinding
-    from ray_adaptive.runtime.plan_select import runnable, select_plan
-    from ray_adaptive.runtime.scheduler import NodeState
     from ray_adaptive.runtime.topology import build
 
     p = policy if isinstance(policy, Policy) else load_policy(policy)
@@ -162,12 +162,12 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
             nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
         chosen, why = select_plan(p, plan, nodes=len(nodes), executors=nodes[0]["executors"], queue=queue, rate=rate)
-        sim_plan = runnable(p, chosen, len(nodes))
+        lowered = lower(chosen, analyze(p))
         binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
         topology = None
         try:
             slots = {node: slot.resource for node, slot in binding.slots.items()}
-            topology = build(sim_plan, nodes, slots, ray.get_runtime_context().get_node_id())
+            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id())
             rt = _runtime(p, chosen, why, topology, group_by, metrics_every_s, binding)
         except BaseException:
             if topology is not None:

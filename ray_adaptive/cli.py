@@ -77,7 +77,8 @@ def check(files: tuple[str, ...]) -> None:
 @click.option("--quiet", is_flag=True, help="Print only the summary line.")
 def replay(policy: str, scenario: str, quiet: bool) -> None:
     """Run SCENARIO under POLICY's ideal scheduler: one JSON line per decision, then a summary."""
-    from ray_adaptive.sim import Replay, load_scenario
+    from ray_adaptive.sim import Replay
+    from ray_adaptive.workload import load_scenario
 
     p = _load_policy(policy)
     path = _scenario_path(scenario)
@@ -101,11 +102,11 @@ def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
     With --replay: the shipped 3-tenant scenario in the simulator, each tenant's share over time.
     """
     if replay:
-        from ray_adaptive.demo import run_demo
+        from ray_adaptive.experiments.demo import run_demo
 
         run_demo(policy_name, every)
         return
-    from ray_adaptive.ray_experiment import reproduce_ray
+    from ray_adaptive.experiments.on_ray import reproduce_ray
 
     if nodes < 1:
         _fail(f"error: --nodes must be >= 1, found {nodes}")
@@ -136,7 +137,7 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, who
              no_measure, seed, as_json, out) -> None:
     """Compile POLICY: its execution units, every plan with its estimates, and the chosen plan."""
     from ray_adaptive.compiler import Profile, compile_policy
-    from ray_adaptive.sim.trace import read_trace
+    from ray_adaptive.workload.trace import read_trace
 
     p = _load_policy(policy)
     if rate is None and trace_path is None:
@@ -174,7 +175,7 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, who
 @click.option("--nodes", type=int, default=6, show_default=True, help="Nodes of the local Ray cluster (--ray).")
 def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
-    from ray_adaptive.reproduce import reproduce as run
+    from ray_adaptive.experiments.reproduce import reproduce as run
 
     try:
         rate_list = [float(r) for r in rates.split(",")] if rates else None
@@ -183,7 +184,7 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
     if rate_list is not None and (not rate_list or any(r <= 0 for r in rate_list)):
         _fail("error: --rates must be positive numbers")
     if on_ray:
-        from ray_adaptive.ray_experiment import reproduce_ray
+        from ray_adaptive.experiments.on_ray import reproduce_ray
 
         if nodes < 1:
             _fail(f"error: --nodes must be >= 1, found {nodes}")

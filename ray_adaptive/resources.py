@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from ray_adaptive._private import raylet
 from ray_adaptive.errors import ResourceError
@@ -70,6 +70,9 @@ __all__ = [
     "cleanup",
     "is_reserved_name",
     "RESERVED_NAMES",
+    "resize_many",
+    "cluster_lock",
+    "retry_until_done",
 ]
 
 NodeSpec = Union[None, str, Mapping[str, float], Iterable[str]]
@@ -165,7 +168,7 @@ def _current() -> Tuple[raylet.RayletClient, _Session]:
     """The raylet client and bookkeeping of the cluster we are connected to."""
     global _session
     client = raylet.client()
-    key = raylet._cluster_key()
+    key = raylet.cluster_key()
     with _lock:
         if _session is None or _session.key != key:
             _session = _Session(key)
@@ -503,23 +506,40 @@ class ResourceScope:
         self.close()
 
 
-# -- for the ESL layer (esl/): raw access that may touch CPU totals ------------
+# -- batches for libraries built on ephemeral resources (esl/) -----------------
 
 
-def _resize_raw(per_node: Mapping[str, Mapping[str, float]]) -> Dict[str, Dict[str, float]]:
-    """Resize names on nodes without name checks or convergence; returns new totals.
+def resize_many(per_node: Mapping[str, Mapping[str, float]], *, convert_from: Iterable[str] = ()) -> Dict[str, Dict[str, float]]:
+    """Set many totals on many nodes, one RPC per node, and return the new totals per node.
 
-    Used by ``esl.Gang`` to convert ``CPU`` (or custom) units into gang
-    resources atomically on each raylet. Non-reserved names are tracked for
-    :func:`cleanup` like any other.
+    Unlike :func:`set_resources`, a total is set as given -- no convergence
+    (a total below what tasks hold stays clamped; read the returned totals)
+    -- and the Ray resources named in ``convert_from`` (``CPU``, say) may be
+    resized too: what ``esl.Gang`` does to convert a node's CPU units into
+    gang resources in one step, under :func:`cluster_lock`. Every other name
+    and every capacity is checked as :func:`set_resource` checks them.
+
+    Example::
+
+        with cluster_lock("convert"):
+            cpu = get_cluster_state([node])[node]["CPU"]["total"]
+            resize_many({node: {"CPU": cpu - 1, "my-gang-0": 1}}, convert_from=["CPU"])
     """
+    allowed = set(convert_from)
+    checked: Dict[str, Dict[str, float]] = {}
+    for node, targets in per_node.items():
+        checked[node] = {}
+        for name, capacity in targets.items():
+            if name not in allowed:
+                _check_name(name)
+            checked[node][name] = _check_capacity(name, capacity)
     client, session = _current()
     with _lock:
-        totals = client.resize_many(per_node)
-        for node, targets in per_node.items():
+        totals = client.resize_many(checked)
+        for node, targets in checked.items():
             created = session.created.setdefault(node, {})
             for name, target in targets.items():
-                if is_reserved_name(name):
+                if name in allowed:
                     continue
                 if target > 0:
                     created[name] = target
@@ -530,11 +550,13 @@ def _resize_raw(per_node: Mapping[str, Mapping[str, float]]) -> Dict[str, Dict[s
         return totals
 
 
-def _static_resources() -> Dict[str, Dict[str, float]]:
-    """``{node: resources at registration}`` for alive nodes (GCS node table)."""
-    client, _ = _current()
-    return {n: dict(info.resources) for n, info in client.alive_nodes(refresh=True).items()}
-
-
-def _cluster_lock(name: str) -> raylet.ClusterLock:
+def cluster_lock(name: str) -> raylet.ClusterLock:
+    """A mutex shared by every process of the cluster (a context manager), for read-modify-write
+    sequences of totals that other processes may run too (see :func:`resize_many`)."""
     return raylet.ClusterLock(f"ray_adaptive.{name}")
+
+
+def retry_until_done(job: Callable[[], bool]) -> None:
+    """Run ``job()`` every ~20 ms, under this module's lock, until it returns True (in the background:
+    e.g. giving units back once the tasks holding them finish)."""
+    _add_job(job)

@@ -2,7 +2,7 @@
 
     python release_tests/agreement_compiler.py [--smoke-test] [--out agreement_compiler.json]
 
-For every workload of ``ray_adaptive.reproduce.WORKLOADS`` (the paper's; four
+For every workload of ``ray_adaptive.experiments.reproduce.WORKLOADS`` (the paper's; four
 tenants with a 5x heavy one on 8 nodes; two bursty tenants with exponential
 durations on 16 nodes; three tenants 1:2:6 with lognormal durations on 24
 nodes) and every rate (fractions of the nodes' execution bound), every plan
@@ -11,7 +11,7 @@ compiler compiles on a separate trace of the same workload, and its choice is
 compared with the simulator's best: the highest goodput (within 3%) among
 runs within the limit (competitive ratio <= limit over the whole run, JFI >=
 the floor). Also reported: agreement when "within the limit" is judged by
-JFI alone, which parts ways just above saturation (see ray_adaptive.reproduce).
+JFI alone, which parts ways just above saturation (see ray_adaptive.experiments.reproduce).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 import time
 
 from ray_adaptive.compiler import Profile
-from ray_adaptive.reproduce import WORKLOADS, agreement
+from ray_adaptive.experiments.reproduce import WORKLOADS, agreement
 
 FRACTIONS = (0.4, 0.78, 0.9, 0.97, 1.1, 1.25, 1.6)
 SMOKE_FRACTIONS = (0.4, 0.9, 1.6)

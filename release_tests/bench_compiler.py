@@ -25,11 +25,11 @@ import tempfile
 import time
 
 from ray_adaptive.compiler import Profile, compile_policy
-from ray_adaptive.compiler.estimates import lower
+from ray_adaptive.compiler.lowering import lower
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.reproduce import PAPER, _plans, reproduce
+from ray_adaptive.experiments.reproduce import PAPER, _plans, reproduce
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.sim.trace import read_trace, write_trace
+from ray_adaptive.workload.trace import read_trace, write_trace
 
 
 def bench_compile(tasks: int, repeats: int, workers: int = 1, settle: bool = True) -> dict:

@@ -14,8 +14,9 @@ import statistics
 import time
 
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.sim import replay, scenario_from_dict
-from ray_adaptive.sim.workload import multi_tenant
+from ray_adaptive.sim import replay
+from ray_adaptive.workload import scenario_from_dict
+from ray_adaptive.workload.generate import multi_tenant
 
 
 def main() -> None:

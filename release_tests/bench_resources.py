@@ -175,7 +175,7 @@ def main() -> None:
     calls, tasks, repeats, gang_repeats = (100, 300, 1, 2) if args.smoke_test else (1000, 2000, 3, 7)
 
     from ray_adaptive import resources
-    from ray_adaptive.local_cluster import start_local_cluster
+    from ray_adaptive.local_multinode import start_local_cluster
 
     config = {"raylet_report_resources_period_milliseconds": args.report_ms} if args.report_ms else None
     lc = start_local_cluster(num_nodes=4, num_cpus=2, system_config=config)

@@ -76,7 +76,7 @@ def main() -> None:
     import ray
 
     import ray_adaptive as ra
-    from ray_adaptive.local_cluster import local_cluster
+    from ray_adaptive.local_multinode import local_cluster
 
     @ray.remote(num_cpus=1)
     def noop(i):

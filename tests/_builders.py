@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ray_adaptive.dsl import load_policy, parse_policy
-from ray_adaptive.sim import replay, scenario_from_dict
+from ray_adaptive.sim import replay
+from ray_adaptive.workload import scenario_from_dict
 
 
 def node(id, executors=1, queue=2, **fields):

@@ -1,7 +1,7 @@
 """Shared fixtures: one real multi-node Ray cluster for the whole test session.
 
 ``ray_cluster`` (module scope) hands a test module the session's
-:class:`ray_adaptive.local_cluster.LocalCluster` (4 nodes x 2 CPUs, started
+:class:`ray_adaptive.local_multinode.LocalCluster` (4 nodes x 2 CPUs, started
 once, ~12 s) with the driver connected, and after the module checks that no resource created by
 ray-adaptive is left on any node and that no node's ``CPU`` total drifted
 from what it registered with. Modules that do not ask for it never start Ray.
@@ -35,7 +35,7 @@ def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message: st
 
 @pytest.fixture(scope="session")
 def _ray_cluster_session():
-    from ray_adaptive.local_cluster import start_local_cluster
+    from ray_adaptive.local_multinode import start_local_cluster
 
     # node i has {"rack_<i % 2>": 1}; the last node also {"special": 2}
     extra = [{f"rack_{i % 2}": 1} for i in range(NUM_NODES)]

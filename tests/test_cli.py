@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ray_adaptive.sim.workload import multi_tenant
+from ray_adaptive.workload.generate import multi_tenant
 
 
 def cli(*args, cwd=None):

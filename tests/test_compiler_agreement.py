@@ -9,7 +9,7 @@ they differ.)
 import pytest
 
 from ray_adaptive.compiler import Profile
-from ray_adaptive.reproduce import WORKLOADS, agreement
+from ray_adaptive.experiments.reproduce import WORKLOADS, agreement
 
 FIXED = Profile(default_unit_s=10e-6)
 BY_NAME = {w.name: w for w in WORKLOADS}

@@ -11,9 +11,9 @@ from ray_adaptive.compiler import estimates
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism
 from ray_adaptive.compiler.plans import Plan
 from ray_adaptive.dsl import load_policy, parse_policy, shipped_policies
-from ray_adaptive.sim.plans import LoadView, Sync
-from ray_adaptive.sim.scenario import scenario_from_dict
-from ray_adaptive.sim.workload import paper_workload
+from ray_adaptive.plan import LoadView, Sync
+from ray_adaptive.workload.scenario import scenario_from_dict
+from ray_adaptive.workload.generate import paper_workload
 
 DRF = analyze(load_policy("drf_lb"))
 FIXED = Profile(default_unit_s=10e-6)  # machine-independent: every unit costs 10 us
@@ -280,7 +280,7 @@ def test_report_lists_units_plans_and_choice(far_above):
 
 def test_rate_rescales_a_trace():
     from ray_adaptive.compiler.pipeline import workload_window
-    from ray_adaptive.sim.trace import specs_from_dicts
+    from ray_adaptive.workload.trace import specs_from_dicts
 
     tasks = specs_from_dicts(paper_workload(100, seconds=5.0, seed=3)["tasks"])
     sc, rate = workload_window(load_policy("drf_lb"), tasks, rate=400, window=300)
@@ -294,7 +294,7 @@ def test_compile_errors_are_clear():
     with pytest.raises(ValueError, match="give an arrival rate"):
         compile_policy(load_policy("drf_lb"))
     from ray_adaptive.errors import ScenarioError
-    from ray_adaptive.sim.model import TaskSpec
+    from ray_adaptive.workload.specs import TaskSpec
 
     with pytest.raises(ScenarioError, match="missing field 'resource_vec'"):
         compile_policy(load_policy("drf_lb"), trace=[TaskSpec(f"t{i}", i * 0.01, fields={"tenant": "a"}) for i in range(20)],
@@ -313,7 +313,7 @@ def cli(*args):
 def test_compile_command_prints_a_report_or_one_json_object(tmp_path):
     import json
 
-    from ray_adaptive.sim.trace import specs_from_dicts, write_trace
+    from ray_adaptive.workload.trace import specs_from_dicts, write_trace
 
     trace = tmp_path / "run.csv"
     write_trace(trace, specs_from_dicts(paper_workload(900, seconds=0.5, seed=2)["tasks"]))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_adaptive.compiler.units import analyze
+from ray_adaptive.compiler.analysis import analyze
 from ray_adaptive.dsl import load_policy, parse_policy
 
 DRF = load_policy("drf_lb")

@@ -203,7 +203,7 @@ def test_hooks_on_scalars_equal_hooks_on_lanes(steps):
     shipped policy's hooks, and one using every construct, leave exactly the State the
     interpreter's closures leave when run over (1, 1) arrays."""
     from ray_adaptive.dsl import shipped_policies
-    from ray_adaptive.sim.replicas import same_state
+    from ray_adaptive.plan.replicas import same_state
 
     policies = [parse_policy(_RICH_HOOKS)] + [load_policy(n) for n in shipped_policies()]
     nodes = [N(f"n{i}", i, load=i, executors=1 + i % 2, queue=2, zone="xy"[i % 2]) for i in range(4)]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ray_adaptive.monitor import Monitor, TaskRecord
-from ray_adaptive.sim.trace import read_trace
+from ray_adaptive.workload.trace import read_trace
 
 
 def _feed(m, times, tenant, duration=0.1):

@@ -8,11 +8,12 @@ import pytest
 
 from ray_adaptive.compiler import PlanSpace, Profile, analyze, enumerate_plans, estimate_cost, lower
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.sim import metrics, replay, scenario_from_dict
+from ray_adaptive.sim import metrics, replay
+from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.sim.plans import SimPlan, Sync
-from ray_adaptive.sim.trace import read_trace, write_trace
-from ray_adaptive.sim.workload import Tenant, paper_workload, tenant_workload
+from ray_adaptive.plan import LoweredPlan, Plan, Role, Sync
+from ray_adaptive.workload.trace import read_trace, write_trace
+from ray_adaptive.workload.generate import Tenant, paper_workload, tenant_workload
 
 DRF = load_policy("drf_lb")
 A = analyze(DRF)
@@ -44,7 +45,7 @@ def test_a_plan_with_zero_latency_is_the_ideal_scheduler(policy, arch, kw):
         t["fields"] = {f.name: t["fields"][f.name] for f in p.task_fields}
     sc = scenario_from_dict(d)
     ideal = replay(p, sc)
-    r = simulate(SimPlan("zero", arch, p, **kw), sc, deadline="start")
+    r = simulate(LoweredPlan(Plan("zero", arch, **kw), p), sc, deadline="start")
     assert outcome(r.tasks) == outcome(ideal.tasks)
     assert r.metrics().cr["mean"] == 1.0
 
@@ -86,7 +87,7 @@ def test_hybrid_selector_forwards_only_while_its_slot_accounting_shows_room():
     sc = paper(900, seconds=2.5)
     r = simulate(sim_plan("hybrid"), sc)
     sel = next(s for s in r.schedulers if s.role == "selector")
-    placed = sum(s.decisions for s in r.schedulers if s.role == "scheduler")
+    placed = sum(s.decisions for s in r.schedulers if s.role is Role.SCHEDULERS)
     assert sel.decisions == placed  # every forwarded task was placed: none waited at a placement scheduler to expire
     dropped = [t for t in r.tasks if t.status == "dropped"]
     assert dropped and all(t.dispatched_at is None for t in dropped)  # the backlog waited at the selector
@@ -100,8 +101,8 @@ def test_decentralized_periodic_sync_merges_deltas_exactly():
     ps = PlanSim(sim_plan("decentralized+sync 100ms"), sc)
     ps.run()
     for s in ps.locals:
-        ps._push_pull(s)
-    for v in ps.store["alloc"].values():
+        ps.hooks.push_pull(s.interp, s.unpushed)
+    for v in ps.hooks.store["alloc"].values():
         assert np.allclose(v, 0.0)
     assert all(np.allclose(x, 0.0) for x in ps.truth.state["alloc"].values())
 
@@ -191,7 +192,7 @@ def test_tenant_workload_rates_clients_and_durations():
 def test_bursty_arrivals_never_start_before_zero():
     """A burst starting in the first 0.5 ms once put its first task before 0, and the scenario was
     refused ('arrival' must be >= 0): release_tests/agreement_compiler.py --smoke-test failed so."""
-    from ray_adaptive.sim.scenario import scenario_from_dict
+    from ray_adaptive.workload.scenario import scenario_from_dict
 
     for seed in range(20):
         sc = tenant_workload([Tenant("x", 5000, arrivals="bursty", burst=10)], seconds=0.2, nodes=4, seed=seed)

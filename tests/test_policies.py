@@ -5,8 +5,9 @@ from collections import Counter
 import numpy as np
 
 from ray_adaptive.dsl import load_policy, shipped_policies
-from ray_adaptive.sim import Replay, scenario_from_dict
-from ray_adaptive.sim.workload import multi_tenant
+from ray_adaptive.sim import Replay
+from ray_adaptive.workload import scenario_from_dict
+from ray_adaptive.workload.generate import multi_tenant
 
 from _builders import node, placements, run, task
 

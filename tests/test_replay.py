@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.errors import ScenarioError
-from ray_adaptive.sim import replay, scenario_from_dict
+from ray_adaptive.sim import replay
+from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.sim.events import ARRIVAL, FINISH, EventLoop
 
 from _builders import node, placements, run, task

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ray_adaptive.sim.replicas import DeltaLog, merge_into, same_state
+from ray_adaptive.plan.replicas import DeltaLog, merge_into, same_state
 
 
 def test_a_replica_pushes_its_changes_and_the_store_merges_them():

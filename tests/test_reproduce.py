@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from ray_adaptive.compiler import Profile
-from ray_adaptive.reproduce import PAPER, format_table1, jfi_floor, sweep, table1
+from ray_adaptive.experiments.reproduce import PAPER, format_table1, jfi_floor, sweep, table1
 
 LOW, KNEE, BAND, HIGH = 250, 430, 490, 750  # below C's knee; C saturated; D's band before saturation; contention
 FIXED = Profile(default_unit_s=10e-6)

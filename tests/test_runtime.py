@@ -166,7 +166,7 @@ def test_a_lost_node_loses_no_task(ray_cluster):
 def test_the_monitor_measures_the_run_and_feeds_the_compiler(running, tmp_path):
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.dsl import load_policy
-    from ray_adaptive.sim.trace import read_trace
+    from ray_adaptive.workload.trace import read_trace
 
     rt = running("drf_lb", executors=1, queue=1)
     fn = ra.policy("drf_lb")(where)
@@ -337,44 +337,3 @@ def test_a_failed_dispatcher_fails_the_waiting_tasks_instead_of_losing_them(runn
         fn.remote("later")
     assert sorted(x for x, _, _ in ray.get(running_refs, timeout=30)) == list(range(8))
     del decider.tick
-
-
-def test_which_plans_lease_their_selector_and_what_the_holder_runs():
-    """(No cluster.) The holder runs the whole policy; a hybrid whose placements keep State never leases."""
-    import dataclasses
-
-    from ray_adaptive.dsl import load_policy
-    from ray_adaptive.runtime.plan_select import runnable, select_plan
-    from ray_adaptive.runtime.roles import lease_spec, role_specs
-
-    policy = load_policy("drf_lb")
-    plan = {a: runnable(policy, select_plan(policy, a, nodes=4, executors=1, queue=0)[0], 4)
-            for a in ("centralized", "decentralized", "hybrid")}
-    assert lease_spec(plan["centralized"]) == role_specs(plan["centralized"])["selector"]
-    assert lease_spec(plan["decentralized"]) is None  # no selector to lease
-    hybrid = lease_spec(plan["hybrid"])
-    assert not plan["hybrid"].local_state and hybrid.program is plan["hybrid"].policy
-    assert hybrid.hooks and not hybrid.pool and not hybrid.fifo  # the whole policy over every node
-    assert lease_spec(dataclasses.replace(plan["hybrid"], local_state=True)) is None
-
-
-def test_every_role_scores_with_the_compilers_split():
-    """(No cluster.) Each role gets the split of the Score it runs, and its scheduler scores by parts."""
-    from ray_adaptive.dsl import load_policy
-    from ray_adaptive.runtime.actors import make_scheduler
-    from ray_adaptive.runtime.plan_select import runnable, select_plan
-    from ray_adaptive.runtime.roles import lease_spec, role_specs
-    from ray_adaptive.sim.scoring import SplitScoring
-
-    policy = load_policy("drf_lb")
-    nodes = [{"id": f"n{i}", "index": i, "executors": 1, "queue": 0, "resources": {}, "fields": {}} for i in range(4)]
-    for arch in ("centralized", "decentralized", "hybrid"):
-        plan = runnable(policy, select_plan(policy, arch, nodes=4, executors=1, queue=0)[0], 4)
-        specs = role_specs(plan)
-        expected = {"selector": plan.task_split if arch == "hybrid" else plan.split,
-                    "schedulers": plan.node_split if arch == "hybrid" else plan.split}
-        for role, spec in specs.items():
-            assert spec.split is not None and spec.split == expected[role], (arch, role)
-            assert isinstance(make_scheduler(spec, nodes)._scoring, SplitScoring), (arch, role)
-        if arch != "decentralized":
-            assert lease_spec(plan).split == plan.split

@@ -63,7 +63,7 @@ class Submitter:
             time.sleep(seconds)
 
     def check_every(self, seconds):
-        """How often this process, idle with tasks running, asks the selector (see RemoteDecider):
+        """How often this process, idle with tasks running, asks the selector (see SelectorClient):
         from now on, the wait in progress cut short."""
         decider = ra.runtime_of("drf_lb").router.decider
         decider.IDLE_CHECK_S = seconds
@@ -588,8 +588,7 @@ def test_a_state_store_that_dies_is_restarted_and_gets_the_merged_state_back(drf
     assert ray.get(theirs, timeout=60) == list(range(8))
 
     def merged_alloc() -> dict:
-        state, _, _ = ray.get(store.sync.remote("probe", {}, {}), timeout=30)
-        return state["alloc"]
+        return ray.get(store.sync.remote("probe", {}, {}), timeout=30).state["alloc"]
 
     deadline = time.monotonic() + 15  # every member's finishes pushed: nothing allocated
     while time.monotonic() < deadline:
@@ -673,7 +672,7 @@ def test_queues_and_state_are_exportable_for_a_plan_switch(drf):
 
 
 def test_service_time_is_the_start_rate_between_the_first_and_last_waves():
-    from ray_adaptive.ray_experiment import _steady_service
+    from ray_adaptive.experiments.on_ray import _steady_service
 
     # 4 executors serving 100 ms tasks; leases start late on two of them, and the burst ends unevenly
     lags, counts = [0.0, 0.02, 0.15, 0.3], [7, 6, 6, 5]
@@ -684,7 +683,7 @@ def test_service_time_is_the_start_rate_between_the_first_and_last_waves():
 
 
 def test_the_experiment_on_ray_measures_goodput_fairness_and_estimates(ray_cluster, tmp_path):
-    from ray_adaptive.ray_experiment import RayExperiment, plot_rows, run_sweep
+    from ray_adaptive.experiments.on_ray import RayExperiment, plot_rows, run_sweep
 
     exp = RayExperiment(seconds=1.5, duration_s=0.05)
     rate = 1.6 * exp.capacity(8)  # overloaded: 4 nodes x 2 CPUs carry 160 tasks/s

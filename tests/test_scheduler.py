@@ -1,13 +1,13 @@
-"""The runtime's Scheduler, free of Ray: decisions on grouped pending queues are the full matrix's."""
+"""The plan's Scheduler, free of Ray: decisions on grouped pending queues are the full matrix's."""
 
 import random
 
 import pytest
 
-from ray_adaptive.compiler.units import score_split
+from ray_adaptive.compiler.separability import score_split
 from ray_adaptive.dsl import load_policy, shipped_policies
-from ray_adaptive.runtime import scheduler as S
-from ray_adaptive.runtime.scheduler import NodeState, Scheduler, TaskState
+from ray_adaptive.plan.queue import PendingQueue
+from ray_adaptive.plan.scheduler import NodeState, Scheduler, TaskState
 
 
 def _fields(policy, rng):
@@ -35,9 +35,9 @@ def _nodes(policy):
 
 def _run(policy, grouped: bool, seed: int, split=None):
     """Arrivals in bursts, finishes in between, a cancellation: the decisions in order."""
-    sched = Scheduler(policy, _nodes(policy), split=split)
-    if not grouped:  # the reference: every pending task scored at every decision
-        sched._pending = S._Pending(False, None)
+    # the reference, ungrouped: every pending task scored at every decision
+    queue = None if grouped else PendingQueue(None, deadlines=True)
+    sched = Scheduler(policy, _nodes(policy), split=split, queue=queue)
     rng, decided, running = random.Random(seed), [], []
     for burst in range(12):
         now = float(burst)
@@ -74,11 +74,11 @@ def test_most_shipped_scores_split():
 def test_split_scoring_decides_as_the_matrix(policy):
     """A Score the compiler splits into T(task) op N(node) is scored part by part, each value
     remembered while what it reads is unchanged: the same decisions, State and queue."""
-    from ray_adaptive.sim.scoring import SplitScoring
+    from ray_adaptive.plan.scoring import SplitScoring
 
     p = load_policy(policy)
     split = score_split(p)
-    assert isinstance(Scheduler(p, _nodes(p), split=split)._scoring, SplitScoring)
+    assert isinstance(Scheduler(p, _nodes(p), split=split).scoring, SplitScoring)
     for seed in range(3):
         assert _run(p, True, seed, split=split) == _run(p, True, seed)
 
@@ -89,7 +89,7 @@ def test_a_backlog_scores_one_row_per_group():
     rng = random.Random(0)
     for i in range(3000):
         sched.add(TaskState(f"t{i:05d}", rng.uniform(0, 10), {"tenant": rng.choice("abc"), "resource_vec": [0.1, 0.2, 0.1]}), 0.0)
-    rows = sched._pending.rows()
+    rows = sched.queue.rows()
     assert len(rows) == 3 and [t.arrival for t in rows] == sorted(t.arrival for t in rows)
     assert len(sched.decide(0.0)) == 12 and sched.pending == 2988
 
@@ -100,9 +100,8 @@ def test_a_task_pending_at_its_deadline_is_dropped_not_placed(queue):
     """As in the cluster model: no hook runs for it, and it never takes room another task could use."""
     policy = load_policy("drf_lb")
     nodes = [NodeState(f"n{i}", i, 1, 0, {"CPU": 1.0}) for i in range(2)]  # 2 slots
-    sched = Scheduler(policy, nodes, fifo=queue == "fifo")
-    if queue == "ungrouped":
-        sched._pending = S._Pending(False, None)
+    sched = Scheduler(policy, nodes, fifo=queue == "fifo",
+                      queue=PendingQueue(None, deadlines=True) if queue == "ungrouped" else None)
     vec = [0.1, 0.2, 0.1]
     blockers = [TaskState(f"b{i}", 0.0, {"tenant": "a", "resource_vec": vec}) for i in range(2)]
     for t in blockers:
@@ -128,8 +127,7 @@ def test_an_ungrouped_queue_never_places_a_task_past_its_deadline():
     """Every task is scored there, so one past its deadline behind a timely head can win: it is
     dropped, not placed -- a decision is made by the task's deadline or not at all."""
     policy = load_policy("drf_lb")
-    sched = Scheduler(policy, [NodeState("n0", 0, 1, 0, {"CPU": 1.0})])
-    sched._pending = S._Pending(False, None)
+    sched = Scheduler(policy, [NodeState("n0", 0, 1, 0, {"CPU": 1.0})], queue=PendingQueue(None, deadlines=True))
     vec = [0.1, 0.2, 0.1]
     sched.interp.state["alloc"]["a"] = [0.5, 0.5, 0.5]  # a holds a lot: b's task scores best
     timely = TaskState("f", 0.05, {"tenant": "a", "resource_vec": vec}, deadline=9.0)

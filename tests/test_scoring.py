@@ -8,15 +8,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ray_adaptive.compiler import PlanSpace, Profile, analyze, enumerate_plans, lower
-from ray_adaptive.compiler.units import score_split
+from ray_adaptive.compiler.separability import score_split
 from ray_adaptive.dsl import load_policy, parse_policy
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.printer import format_expr
-from ray_adaptive.sim import scenario_from_dict
+from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.sim.model import Task, TaskSpec
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.sim.scoring import MatrixScoring, SplitScoring
-from ray_adaptive.sim.workload import paper_tenants, paper_workload, policy_workload
+from ray_adaptive.plan.scoring import MatrixScoring, SplitScoring
+from ray_adaptive.workload.generate import paper_tenants, paper_workload, policy_workload
 
 POLICY = """
 Task:
@@ -181,7 +181,7 @@ def same_simulation(plan, sc, seed, prefill):
 
 
 def test_state_no_hook_writes_is_fixed():
-    from ray_adaptive.sim.scoring import written_by_hooks
+    from ray_adaptive.plan.scoring import written_by_hooks
 
     assert written_by_hooks(DRF) == {"alloc"}  # capacity is never written: parts need not be keyed by it
     assert written_by_hooks(load_policy("weighted_fair")) == {"vt", "backlog", "vclock"}

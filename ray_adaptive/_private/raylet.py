@@ -367,7 +367,7 @@ def client() -> RayletClient:
             "Ray is not initialized: call ray.init() (or run inside a Ray task) "
             "before setting resources"
         )
-    key = _cluster_key()
+    key = cluster_key()
     with _client_lock:
         if _client is None or _client_key != key:
             if _client is not None:
@@ -386,7 +386,7 @@ def close_client() -> None:
         _client = _client_key = None
 
 
-def _cluster_key() -> str:
+def cluster_key() -> str:
     import ray
 
     ctx = ray.get_runtime_context()

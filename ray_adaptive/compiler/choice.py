@@ -13,7 +13,7 @@
 Example:
     >>> from ray_adaptive.compiler.estimates import Estimate
     >>> from ray_adaptive.compiler.plans import Plan
-    >>> from ray_adaptive.sim.plans import LoadView, Sync
+    >>> from ray_adaptive.plan import LoadView, Sync
     >>> def est(arch, lat, tp, cr):
     ...     plan = Plan(arch, arch, LoadView(), Sync(), 0, ())
     ...     return Estimate(plan, (), lat, lat, 0.0, {}, 1.0, tp, cr)

@@ -35,14 +35,15 @@ from ray_adaptive.compiler.choice import Choice, choose
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
 from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
-from ray_adaptive.compiler.units import Analysis, analyze
-from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.compiler.analysis import Analysis, analyze
+from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.errors import ScenarioError
-from ray_adaptive.sim.model import Node, NodeSpec, Task, TaskSpec
-from ray_adaptive.sim.scenario import Scenario, check_fields, scenario_from_dict
-from ray_adaptive.sim.workload import paper_tenants, policy_workload
+from ray_adaptive.sim.model import Node, Task
+from ray_adaptive.workload.specs import NodeSpec, TaskSpec
+from ray_adaptive.workload.scenario import Scenario, check_fields, scenario_from_dict
+from ray_adaptive.workload.generate import paper_tenants, policy_workload
 
-__all__ = ["Compilation", "compile_policy", "workload_window"]
+__all__ = ["Compilation", "compile_policy", "workload_window", "measured_profile"]
 
 PLAN_FILE_VERSION = 1
 
@@ -198,10 +199,10 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
     return out, (rate if rate else offered)
 
 
-def _profile_batch(window: Scenario, policy: Policy):
-    from ray_adaptive.dsl.ir import task_attributes_read
-
-    attrs = task_attributes_read(policy.score)
+def measured_profile(analysis: Analysis, window: Scenario, base: Optional[Profile] = None) -> Profile:
+    """``base`` (default :class:`Profile`) with every unit's compute timed on the interpreter, over a
+    decision's batch drawn from ``window``: up to 16 tasks Score tells apart, against every node."""
+    attrs = task_attributes_read(analysis.policy.score)
     seen, heads = set(), []
     for spec in window.tasks:
         key = repr([spec.fields.get(a) for a in attrs if a not in ("id", "arrival")])
@@ -210,7 +211,8 @@ def _profile_batch(window: Scenario, policy: Policy):
             heads.append(Task(spec))
         if len(heads) >= 16:
             break
-    return heads, [Node(s, i) for i, s in enumerate(window.nodes)]
+    nodes = [Node(s, i) for i, s in enumerate(window.nodes)]
+    return (base or Profile()).with_units(measure_units(analysis, heads, nodes))
 
 
 def default_workers() -> int:
@@ -261,7 +263,7 @@ def compile_policy(
     scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed)
     profile = profile or Profile()
     if measure:
-        profile = profile.with_units(measure_units(analysis, *_profile_batch(scenario, policy)))
+        profile = measured_profile(analysis, scenario, profile)
     # the execution bound from every task of the trace: a window's mean duration is noisy for heavy tails
     durations = np.array([t.duration for t in (trace if trace else scenario.tasks)])
     capacity = sum(n.executors for n in scenario.nodes) / float(durations.mean())

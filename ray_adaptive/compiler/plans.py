@@ -28,7 +28,7 @@ rules out, an :class:`Excluded` entry saying why.
 
 Example:
     >>> from ray_adaptive.dsl import load_policy
-    >>> from ray_adaptive.compiler.units import analyze
+    >>> from ray_adaptive.compiler.analysis import analyze
     >>> plans, excluded = enumerate_plans(analyze(load_policy("drf_lb")), nodes=12)
     >>> [p.name for p in plans][:4]
     ['centralized', 'centralized+power-of-2', 'centralized+heartbeat 10ms', 'decentralized+store per decision']
@@ -38,15 +38,14 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ray_adaptive.compiler.units import NODE, NONE, TASK, Analysis, expr_reads
-from ray_adaptive.sim.plans import ARCHITECTURES, LoadView, Sync
+from ray_adaptive.compiler.analysis import Analysis
+from ray_adaptive.compiler.units import NODE, NONE, TASK, expr_reads
+from ray_adaptive.plan import Architecture, LoadKind, LoadView, Plan, Sync, SyncKind
 
 __all__ = ["PlanSpace", "Plan", "Excluded", "enumerate_plans"]
-
-_ARCH_RANK = {a: i for i, a in enumerate(ARCHITECTURES)}
 
 
 @dataclass(frozen=True)
@@ -63,12 +62,10 @@ class PlanSpace:
     heartbeat_s: tuple[float, ...] = (0.01,)
     sync_s: tuple[float, ...] = (0.1,)
     schedulers: tuple[int, ...] = (0,)
-    architectures: tuple[str, ...] = ARCHITECTURES
+    architectures: tuple[Architecture, ...] = tuple(Architecture)
 
     def __post_init__(self):
-        for a in self.architectures:
-            if a not in ARCHITECTURES:
-                raise ValueError(f"unknown architecture {a!r}; expected one of {', '.join(ARCHITECTURES)}")
+        object.__setattr__(self, "architectures", tuple(Architecture.parse(a) for a in self.architectures))
         if any(d < 1 for d in self.sample_d) or any(k < 0 for k in self.schedulers):
             raise ValueError("sample_d must be >= 1 and schedulers >= 0")
         if any(not (h > 0) for h in (*self.heartbeat_s, *self.sync_s)):
@@ -79,74 +76,6 @@ class PlanSpace:
         views += [LoadView.sample(d) for d in self.sample_d if d < nodes]
         views += [LoadView.cached(h) for h in self.heartbeat_s]
         return views
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where each execution unit runs and which approximations apply.
-
-    ``placement``: ``(unit id, where)`` with where ``selector``,
-    ``schedulers`` or ``selector+schedulers`` (the hybrid's split return).
-    ``state``: ``(variable, where)`` -- ``selector`` (one exact copy),
-    ``replicas`` (one per scheduler, kept in sync per ``sync``), or ``const``.
-    """
-
-    name: str
-    architecture: str
-    load: LoadView
-    sync: Sync
-    schedulers: int  # decentralized / placement schedulers (0: one per node); 0 for centralized
-    placement: tuple[tuple[str, str], ...]
-    state: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = field(default=(), compare=False)
-
-    @property
-    def approximations(self) -> tuple[str, ...]:
-        out = []
-        if self.load.kind != "probe":
-            out.append(self.load.label)
-        if self.sync.kind == "periodic":
-            out.append(self.sync.label)
-        return tuple(out)
-
-    @property
-    def complexity(self) -> tuple[int, int, int]:
-        """For near-ties: centralized < decentralized < hybrid, then fewer approximations, then k."""
-        return (_ARCH_RANK[self.architecture], len(self.approximations), self.schedulers)
-
-    def k(self, nodes: int) -> int:
-        return 0 if self.architecture == "centralized" else (self.schedulers or nodes)
-
-    @classmethod
-    def from_dict(cls, d) -> "Plan":
-        """The plan of a plan file entry (:meth:`as_dict`'s output, as ``ray-adaptive compile --json`` writes it)."""
-        try:
-            load, sync = d["load"], d["sync"]
-            return cls(
-                name=str(d["name"]), architecture=str(d["architecture"]),
-                load=LoadView(load["kind"], d=int(load.get("d", 0)), period_s=float(load.get("period_s", 0.0))),
-                sync=Sync(sync["kind"], float(sync.get("period_s", 0.0))),
-                schedulers=0 if d["architecture"] == "centralized" else int(d.get("schedulers", 0)),
-                placement=tuple((str(u), str(w)) for u, w in dict(d["placement"]).items()),
-                state=tuple((str(v), str(w)) for v, w in dict(d.get("state", {})).items()),
-            )
-        except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f"not a plan of a plan file (ray-adaptive compile --json): missing or bad {err}") from None
-
-    def where(self, unit_id: str) -> Optional[str]:
-        return dict(self.placement).get(unit_id)
-
-    def as_dict(self, nodes: Optional[int] = None) -> dict:
-        return {
-            "name": self.name,
-            "architecture": self.architecture,
-            "approximations": list(self.approximations),
-            "load": self.load.as_dict(),
-            "sync": self.sync.as_dict(),
-            "schedulers": self.k(nodes) if nodes else self.schedulers,
-            "placement": dict(self.placement),
-            "state": dict(self.state),
-        }
 
 
 @dataclass(frozen=True)
@@ -165,9 +94,9 @@ def _name(arch: str, load: LoadView, sync: Sync, k: int) -> str:
     parts = [arch]
     if k:
         parts.append(f"k={k}")
-    if load.kind != "probe":
+    if load.kind is not LoadKind.PROBE:
         parts.append(load.label)
-    if sync.kind in ("instant", "periodic"):
+    if sync.kind is not SyncKind.EXACT:
         parts.append(sync.label)
     return "+".join(parts)
 
@@ -200,14 +129,14 @@ def enumerate_plans(analysis: Analysis, nodes: int, space: PlanSpace = PlanSpace
     loads = space.loads(nodes)
     const = tuple((v.name, "const") for v in analysis.state if not v.dynamic)
 
-    if "centralized" in space.architectures:
+    if Architecture.CENTRALIZED in space.architectures:
         placement = tuple((u, "selector") for u in score_ids + hook_ids)
         state = tuple((v.name, "selector") for v in analysis.state if v.dynamic) + const
         for load in loads:
-            plans.append(Plan(_name("centralized", load, Sync.exact(), 0), "centralized", load, Sync.exact(), 0,
+            plans.append(Plan(_name(Architecture.CENTRALIZED, load, Sync.exact(), 0), Architecture.CENTRALIZED, load, Sync.exact(), 0,
                               placement, state))
 
-    if "decentralized" in space.architectures:
+    if Architecture.DECENTRALIZED in space.architectures:
         synced = _synced(analysis, set(score_ids))
         syncs, why = _syncs(space, synced)
         placement = tuple((u, "schedulers") for u in score_ids + hook_ids)
@@ -215,12 +144,12 @@ def enumerate_plans(analysis: Analysis, nodes: int, space: PlanSpace = PlanSpace
         for k in space.schedulers:
             for sync in syncs:
                 for load in loads:
-                    plans.append(Plan(_name("decentralized", load, sync, k), "decentralized", load, sync, k, placement, state))
+                    plans.append(Plan(_name(Architecture.DECENTRALIZED, load, sync, k), Architecture.DECENTRALIZED, load, sync, k, placement, state))
             if why:
-                excluded += [Excluded(_name("decentralized", LoadView.probe(), Sync.periodic(s), k), "decentralized", why)
+                excluded += [Excluded(_name(Architecture.DECENTRALIZED, LoadView.probe(), Sync.periodic(s), k), Architecture.DECENTRALIZED, why)
                              for s in space.sync_s]
 
-    if "hybrid" in space.architectures:
+    if Architecture.HYBRID in space.architectures:
         plans_h, excluded_h = _hybrid(analysis, space, loads, const)
         plans += plans_h
         excluded += excluded_h
@@ -230,7 +159,7 @@ def enumerate_plans(analysis: Analysis, nodes: int, space: PlanSpace = PlanSpace
 def _hybrid(analysis: Analysis, space: PlanSpace, loads: Sequence[LoadView], const) -> tuple[list[Plan], list[Excluded]]:
     sep = analysis.separability
     if not sep.separable:
-        return [], [Excluded("hybrid", "hybrid", f"Score is not separable: {sep.why}")]
+        return [], [Excluded("hybrid", Architecture.HYBRID, f"Score is not separable: {sep.why}")]
     placement = []
     task_side, node_side = set(), set()
     for u in analysis.score_units:
@@ -260,7 +189,7 @@ def _hybrid(analysis: Analysis, space: PlanSpace, loads: Sequence[LoadView], con
         if written and u.side not in (TASK, NONE):
             name = sorted(written)[0]
             kept = "the task part reads" if name in task_vars else "only the selector keeps"
-            return [], [Excluded("hybrid", "hybrid", (
+            return [], [Excluded("hybrid", Architecture.HYBRID, (
                 f"{u.id} `{u.text}` changes `{name}`, which {kept}, from the node; "
                 "the selector runs hooks when it forwards a task, before the node is known"))]
     for u in analysis.hook_units:
@@ -287,10 +216,10 @@ def _hybrid(analysis: Analysis, space: PlanSpace, loads: Sequence[LoadView], con
     for k in space.schedulers:
         for sync in syncs:
             for load in loads:
-                plans.append(Plan(_name("hybrid", load, sync, k), "hybrid", load, sync, k, tuple(placement),
+                plans.append(Plan(_name(Architecture.HYBRID, load, sync, k), Architecture.HYBRID, load, sync, k, tuple(placement),
                                   tuple(state) + const))
     excluded = []
     if why:
-        excluded = [Excluded(_name("hybrid", LoadView.probe(), Sync.periodic(s), k), "hybrid", why)
+        excluded = [Excluded(_name(Architecture.HYBRID, LoadView.probe(), Sync.periodic(s), k), Architecture.HYBRID, why)
                     for k in space.schedulers for s in space.sync_s]
     return plans, excluded

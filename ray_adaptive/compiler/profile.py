@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
-from ray_adaptive.compiler.units import Analysis
+from ray_adaptive.compiler.analysis import Analysis
 from ray_adaptive.dsl.interp import Interpreter
 
 __all__ = ["Profile", "measure_units"]
@@ -123,8 +123,3 @@ def measure_units(analysis: Analysis, tasks: Sequence, nodes: Sequence, number: 
         out[u.id] = _time(lambda: run(tasks[:1], node, 0.0, before), number=number)
         hook_locals[u.function] = run(tasks[:1], node, 0.0, before)
     return out
-
-
-def measured_profile(analysis: Analysis, tasks: Sequence, nodes: Sequence, base: Optional[Profile] = None) -> Profile:
-    """``base`` (default :class:`Profile`) with every unit's compute measured on ``tasks`` x ``nodes``."""
-    return (base or Profile()).with_units(measure_units(analysis, tasks, nodes))

@@ -37,8 +37,8 @@ import numpy as np
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, TASK_ATTRIBUTES
-from ray_adaptive.dsl.interp import (_check_lengths, _reduce_vec, _scalar_key, _to_state, _vec_item, _vec_of,
-                                     _vec_with, vec_dtype, zero_value)
+from ray_adaptive.dsl.values import (check_lengths, reduce_vec, scalar_key, to_state, vec_dtype, vec_item, vec_of,
+                                     vec_with, zero_value)
 
 __all__ = ["compile_hook", "hook_source", "audit"]
 
@@ -58,25 +58,25 @@ def _vec(value, dtype):
 
 
 def _fresh_to_state(value, t: ir.Type):
-    """:func:`_to_state` of a value just computed, that nothing else refers to: a vec already in
+    """:func:`~ray_adaptive.dsl.values.to_state` of a value just computed, that nothing else refers to: a vec already in
     State's form (1-D, its dtype) is kept, not copied."""
     if type(value) is np.ndarray and value.ndim == 1 and t.kind == "vec" and value.dtype == vec_dtype(t):
         return value
-    return _to_state(value, t)
+    return to_state(value, t)
 
 
 def _map_get(m: dict, k, zero):
-    return m.get(_scalar_key(k), zero)
+    return m.get(scalar_key(k), zero)
 
 
 def _vec_op(fn, a, b, loc: ir.Loc):
-    _check_lengths(a, b, loc)
+    check_lengths(a, b, loc)
     return fn(a, b)
 
 
 _RUNTIME = {
-    "_vec": _vec, "_vec_item": _vec_item, "_vec_with": _vec_with, "_map_get": _map_get, "_vec_op": _vec_op,
-    "_vec_of": _vec_of, "_reduce_vec": _reduce_vec, "_scalar_key": _scalar_key, "_to_state": _to_state,
+    "_vec": _vec, "_vec_item": vec_item, "_vec_with": vec_with, "_map_get": _map_get, "_vec_op": _vec_op,
+    "_vec_of": vec_of, "_reduce_vec": reduce_vec, "_scalar_key": scalar_key, "_to_state": to_state,
     "_fresh_to_state": _fresh_to_state,
     "_int": np.int64, "_float": np.float64, "_bool": np.bool_,
     "_add": operator.add, "_sub": operator.sub, "_mul": operator.mul, "_div": np.true_divide, "_mod": np.mod,

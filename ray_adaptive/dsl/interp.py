@@ -38,10 +38,10 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from ray_adaptive.dsl import ir
+from ray_adaptive.dsl.codegen import compile_hook
+from ray_adaptive.dsl.values import (ARITH, as_vec_operand, check_lengths, is_array, reduce_vec, scalar_key, to_state,
+                                     vec_dtype, vec_item, vec_of, vec_with, zero_value)
 from ray_adaptive.errors import PolicyRuntimeError
-
-_ZERO_VEC = np.zeros(1)
-
 
 class TaskView(Protocol):
     """What the interpreter reads of a task."""
@@ -64,12 +64,6 @@ class NodeView(Protocol):
     fields: dict
 
 
-def zero_value(t: ir.Type) -> Any:
-    """The value a missing map key reads as, and an uninitialised State variable starts at."""
-    return {"int": 0, "float": 0.0, "bool": False, "string": ""}.get(t.kind) if t.kind not in ("vec", "map") else (
-        _ZERO_VEC if t.kind == "vec" else {}
-    )
-
 
 @dataclass
 class _Env:
@@ -82,78 +76,6 @@ class _Env:
     columns: dict = field(default_factory=dict)
     ret: Any = None
     done: Any = False
-
-
-def _is_array(x) -> bool:
-    return isinstance(x, np.ndarray) and x.ndim > 0
-
-
-def _as_vec_operand(x, is_vec: bool):
-    """Give a scalar (T, N) array a trailing axis so it broadcasts against vecs."""
-    if not is_vec and _is_array(x) and x.ndim == 2:
-        return x[..., None]
-    return x
-
-
-def _check_lengths(a, b, loc: ir.Loc) -> None:
-    la = a.shape[-1:] if isinstance(a, np.ndarray) else np.shape(a)[-1:]  # (np.shape: a dispatch per call)
-    lb = b.shape[-1:] if isinstance(b, np.ndarray) else np.shape(b)[-1:]
-    if la and lb and la[0] != lb[0] and 1 not in (la[0], lb[0]):
-        raise PolicyRuntimeError(f"{loc}: vectors of different lengths ({la[0]} and {lb[0]}) in one operation")
-
-
-def _vec_item(v, i, loc: ir.Loc):
-    """``v[i]`` for one index (lanes of vecs share it)."""
-    k = np.shape(v)[-1]
-    if not -k <= i < k:
-        raise PolicyRuntimeError(f"{loc}: vec index {i} out of range (length {k})")
-    return v[..., i]
-
-
-def _vec_with(v, i, x, loc: ir.Loc):
-    """A copy of vec ``v`` with item ``i`` set to ``x`` (values are never changed in place)."""
-    _vec_item(v, i, loc)
-    v = v.copy()
-    v[i] = x
-    return v
-
-
-def _reduce_vec(fn: str, v, loc: ir.Loc):
-    """``max(v)`` / ``min(v)`` of a vec (np.maximum.reduce: np.max without its dispatch)."""
-    if np.shape(v)[-1] == 0:
-        raise PolicyRuntimeError(f"{loc}: {fn}() of an empty vec")
-    return (np.maximum if fn == "max" else np.minimum).reduce(v, axis=-1)
-
-
-def _vec_of(values: list, dtype):
-    """A vec literal's value: its items' values, scalars or lanes."""
-    if not any(_is_array(v) for v in values):
-        return np.array(values, dtype=dtype)
-    values = np.broadcast_arrays(*[np.asarray(v) for v in values])
-    return np.stack(values, axis=-1).astype(dtype)
-
-
-def vec_dtype(t: ir.Type) -> np.dtype:
-    """The numpy dtype a vec of type ``t`` is held in: float64, or int64 (ints and bools)."""
-    return _FLOAT64 if t.elem.kind == "float" else _INT64
-
-
-_FLOAT64, _INT64 = np.dtype(float), np.dtype(np.int64)
-
-
-def _to_state(value, t: ir.Type):
-    """A computed value (possibly a (1, 1) array) as stored in State."""
-    if t.kind == "vec":
-        dtype = vec_dtype(t)
-        return np.array(value, dtype=dtype).reshape(-1)
-    if t.kind in ("map",):
-        return value
-    item = value.item() if isinstance(value, np.ndarray) or isinstance(value, np.generic) else value
-    return {"int": int, "float": float, "bool": bool, "string": str}[t.kind](item)
-
-
-def _scalar_key(key):
-    return key.item() if isinstance(key, (np.ndarray, np.generic)) else key
 
 
 class _Compiler:
@@ -236,12 +158,12 @@ class _Compiler:
             def vec_index(env):
                 v, i = base(env), key(env)
                 k = np.shape(v)[-1]
-                if _is_array(i):
+                if is_array(i):
                     if np.any((i < -k) | (i >= k)):
                         raise PolicyRuntimeError(f"{loc}: vec index out of range (length {k})")
                     v = np.broadcast_to(v, np.broadcast_shapes(np.shape(i) + (k,), np.shape(v)) if np.ndim(v) == 3 else np.shape(i) + (k,))
                     return np.take_along_axis(v, np.broadcast_to(i, v.shape[:-1])[..., None], -1)[..., 0]
-                return _vec_item(v, i, loc)
+                return vec_item(v, i, loc)
 
             return vec_index
         vt = e.type
@@ -251,8 +173,8 @@ class _Compiler:
 
         def lookup(env):
             m, k = base(env), key(env)
-            if isinstance(m, dict) and not _is_array(k):
-                return m.get(_scalar_key(k), zero)
+            if isinstance(m, dict) and not is_array(k):
+                return m.get(scalar_key(k), zero)
             if isinstance(m, dict):  # one map (State), a key per lane: the common case
                 shape = np.shape(k)
                 get = m.get
@@ -282,7 +204,6 @@ class _Compiler:
             return lambda env: np.logical_not(operand(env))
         return lambda env: np.negative(operand(env))
 
-    _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": np.true_divide, "%": np.mod}
     _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
     def _binary(self, e: ir.Binary):
@@ -295,7 +216,7 @@ class _Compiler:
             if e.left.type == ir.STRING and e.right.type == ir.STRING:
                 return lambda env: _string_compare(fn, left(env), right(env))
             return lambda env: fn(left(env), right(env))
-        fn = self._ARITH[e.op]
+        fn = ARITH[e.op]
         lvec, rvec = e.left.type.kind == "vec", e.right.type.kind == "vec"
         if e.type == ir.STRING:
             return lambda env: _string_concat(left(env), right(env))
@@ -306,10 +227,10 @@ class _Compiler:
         loc = e.loc
 
         def vec_op(env):
-            a = _as_vec_operand(left(env), lvec)
-            b = _as_vec_operand(right(env), rvec)
+            a = as_vec_operand(left(env), lvec)
+            b = as_vec_operand(right(env), rvec)
             if lvec and rvec:
-                _check_lengths(a, b, loc)
+                check_lengths(a, b, loc)
             return fn(a, b)
 
         return vec_op
@@ -328,7 +249,7 @@ class _Compiler:
         if fn in ("max", "min"):
             if len(args) == 1:
                 (a,) = args
-                return lambda env: _reduce_vec(fn, a(env), loc)
+                return lambda env: reduce_vec(fn, a(env), loc)
             pair = np.maximum if fn == "max" else np.minimum
             return lambda env: reduce(pair, (a(env) for a in args))
         (a,) = args
@@ -352,11 +273,11 @@ class _Compiler:
 
         def cond(env):
             c = test(env)
-            if not _is_array(c):
+            if not is_array(c):
                 return then(env) if c else orelse(env)
             a, b = then(env), orelse(env)
             if is_vec:
-                c = _as_vec_operand(c, False)
+                c = as_vec_operand(c, False)
             return np.where(c, a, b)
 
         return cond
@@ -365,12 +286,12 @@ class _Compiler:
         items = [self.expr(i) for i in e.items]
         dtype = vec_dtype(e.type)
 
-        return lambda env: _vec_of([i(env) for i in items], dtype)
+        return lambda env: vec_of([i(env) for i in items], dtype)
 
     def _maplit(self, e: ir.MapLit):
         pairs = [(self.expr(k), self.expr(v), v.type) for k, v in zip(e.keys, e.values)]
         vt = e.type.args[1]
-        return lambda env: {k(env): _to_state(v(env), vt) for k, v, _ in pairs}
+        return lambda env: {k(env): to_state(v(env), vt) for k, v, _ in pairs}
 
     # ------------------------------------------------------------- statements
     def block(self, stmts: Sequence[ir.Stmt]) -> Callable[[_Env, Any], None]:
@@ -406,7 +327,7 @@ class _Compiler:
 
             def if_(env, mask):
                 c = test(env)
-                if _is_array(c):
+                if is_array(c):
                     active = _active(mask, env.done)
                     lanes = c if active is None else c & active
                     if not np.any(lanes):
@@ -438,7 +359,7 @@ class _Compiler:
                 v = value(env)
                 active = _active(mask, env.done)
                 if active is not None and name in env.locals:
-                    m = _as_vec_operand(active, False) if is_vec else active
+                    m = as_vec_operand(active, False) if is_vec else active
                     v = np.where(m, v, env.locals[name])
                 env.locals[name] = v
 
@@ -447,7 +368,7 @@ class _Compiler:
             name, t = target.name, target.type
 
             def assign_state(env, mask):
-                env.state[name] = _to_state(value(env), t)
+                env.state[name] = to_state(value(env), t)
 
             return assign_state
         # state[key] = value
@@ -456,10 +377,10 @@ class _Compiler:
         container_kind = target.base.type.kind
 
         def assign_item(env, mask):
-            container, k = base(env), _scalar_key(key(env))
-            v = _to_state(value(env), t)
+            container, k = base(env), scalar_key(key(env))
+            v = to_state(value(env), t)
             if container_kind == "vec":
-                env.state[target.base.name] = _vec_with(container, k, v, s.loc)
+                env.state[target.base.name] = vec_with(container, k, v, s.loc)
             else:
                 container[k] = v
 
@@ -476,14 +397,14 @@ def _active(mask, done):
 
 
 def _string_compare(fn, a, b):
-    if _is_array(a) or _is_array(b):
+    if is_array(a) or is_array(b):
         a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
         return np.fromiter((fn(x, y) for x, y in zip(a.flat, b.flat)), bool, a.size).reshape(a.shape)
     return fn(a, b)
 
 
 def _string_concat(a, b):
-    if _is_array(a) or _is_array(b):
+    if is_array(a) or is_array(b):
         a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
         out = np.empty(a.shape, dtype=object)
         out.flat[:] = [x + y for x, y in zip(a.flat, b.flat)]
@@ -504,7 +425,6 @@ def _program(policy: ir.Policy) -> tuple:
         hit = _PROGRAMS.get(id(policy))
         if hit is not None and hit[0] is policy:  # (the entry keeps the policy alive: its id is not reused)
             return hit[1:]
-    from ray_adaptive.dsl.codegen import compile_hook  # (it builds on this module's value rules)
 
     c = _Compiler(policy)
     program = (c.block(policy.score.body), {h.name: compile_hook(h) for h in policy.hooks},
@@ -534,8 +454,8 @@ class Interpreter:
         self.state: dict = {}
         empty = _Env((), (), {}, 0.0, num_nodes)
         for d in policy.state:
-            self.state[d.name] = _to_state(inits[d.name](empty), d.type) if d.init is not None else (
-                {} if d.type.kind == "map" else _to_state(zero_value(d.type), d.type)
+            self.state[d.name] = to_state(inits[d.name](empty), d.type) if d.init is not None else (
+                {} if d.type.kind == "map" else to_state(zero_value(d.type), d.type)
             )
 
     def score_matrix(self, tasks: Sequence[TaskView], nodes: Sequence[NodeView], now: float = 0.0) -> np.ndarray:

@@ -321,41 +321,45 @@ class Policy:
 # ------------------------------------------------------------------ walking
 
 
-def walk(node: "Expr | Stmt") -> "Iterator[Expr]":
-    """Every expression inside ``node`` (an expression or a statement, nested ones included), pre-order."""
+def children(node: "Expr | Stmt") -> tuple:
+    """The nodes directly inside ``node``: sub-expressions, and for statements their parts, in source order."""
+    if isinstance(node, Index):
+        return node.base, node.key
+    if isinstance(node, Unary):
+        return (node.operand,)
+    if isinstance(node, Binary):
+        return node.left, node.right
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, Cond):
+        return node.test, node.then, node.orelse
+    if isinstance(node, VecLit):
+        return node.items
+    if isinstance(node, MapLit):
+        return (*node.keys, *node.values)
     if isinstance(node, Assign):
-        yield from walk(node.target)
-        yield from walk(node.value)
-    elif isinstance(node, If):
-        yield from walk(node.test)
-        for s in (*node.body, *node.orelse):
-            yield from walk(s)
-    elif isinstance(node, Return):
-        yield from walk(node.value)
-    elif isinstance(node, Pass):
-        return
-    else:
-        yield node
-        if isinstance(node, Index):
-            yield from walk(node.base)
-            yield from walk(node.key)
-        elif isinstance(node, Unary):
-            yield from walk(node.operand)
-        elif isinstance(node, Binary):
-            yield from walk(node.left)
-            yield from walk(node.right)
-        elif isinstance(node, Call):
-            for a in node.args:
-                yield from walk(a)
-        elif isinstance(node, VecLit):
-            for a in node.items:
-                yield from walk(a)
-        elif isinstance(node, Cond):
-            for a in (node.test, node.then, node.orelse):
-                yield from walk(a)
-        elif isinstance(node, MapLit):
-            for a in (*node.keys, *node.values):
-                yield from walk(a)
+        return node.target, node.value
+    if isinstance(node, If):
+        return (node.test, *node.body, *node.orelse)
+    if isinstance(node, Return):
+        return (node.value,)
+    return ()
+
+
+_STATEMENTS = (Assign, If, Return, Pass)
+
+
+def walk(node: "Expr | Stmt") -> "Iterator[Expr]":
+    """Every expression inside ``node`` (an expression or a statement, nested ones included), pre-order.
+
+    Iterative, so that no depth of nesting a policy may hold reaches Python's recursion limit.
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, _STATEMENTS):
+            yield n
+        stack.extend(reversed(children(n)))
 
 
 def task_attributes_read(fn: Function) -> tuple[str, ...]:

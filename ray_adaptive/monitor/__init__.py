@@ -15,7 +15,7 @@ completions) and gives:
   the runtime carries many tasks per call; a round trip under load, 3-11 ms
   here, would make it charge each task a whole call.)
 * :meth:`Monitor.write_trace` -- the run as a trace file (CSV/Parquet, the
-  format of :mod:`ray_adaptive.sim.trace`) that ``ray-adaptive compile
+  format of :mod:`ray_adaptive.workload.trace`) that ``ray-adaptive compile
   --trace`` reads, so the compiler decides on the measured workload;
 * :meth:`Monitor.export` -- the same figures as Ray metrics
   (``ray.util.metrics``), for the dashboard / Prometheus.
@@ -34,9 +34,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional
 
-from ray_adaptive.sim.model import TaskSpec
+from ray_adaptive.workload.specs import TaskSpec
 
-__all__ = ["Monitor", "TaskRecord"]
+__all__ = ["Monitor", "TaskRecord", "percentiles"]
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,10 @@ class TaskRecord:
 
 
 def _pct(values: List[float], q: float) -> float:
-    return _pcts(values, (q,))[0]
+    return percentiles(values, (q,))[0]
 
 
-def _pcts(values: List[float], qs: tuple) -> List[float]:
+def percentiles(values: List[float], qs: tuple) -> List[float]:
     """The ``q``-quantiles of ``values`` (the value at index ``q * n``), by partition, not a full sort."""
     if not values:
         return [0.0] * len(qs)
@@ -148,17 +148,17 @@ class Monitor:
                "arrivals": len(arrivals), "finished": len(done),
                "rate_per_s": round(len(arrivals) / span, 3) if span > 0 else 0.0, "groups": groups}
         if router is not None:
-            p50, p99 = _pcts(router.decision_latencies(), (0.5, 0.99))
+            p50, p99 = percentiles(router.decision_latencies(), (0.5, 0.99))
             out.update({"pending": router.pending, "outstanding": router.outstanding(),
                         "decision_p50_s": p50, "decision_p99_s": p99})
             for name, values in (("message", router.message_latencies()), ("store_sync", router.store_latencies())):
-                p50, p99 = _pcts(values, (0.5, 0.99)) if values else (None, None)
+                p50, p99 = percentiles(values, (0.5, 0.99)) if values else (None, None)
                 out.update({f"{name}_p50_s": p50, f"{name}_p99_s": p99, f"{name}_samples": len(values)})
         return out
 
     def write_trace(self, path) -> int:
         """Write the finished tasks as a trace (arrival, measured duration, fields); returns rows."""
-        from ray_adaptive.sim.trace import write_trace
+        from ray_adaptive.workload.trace import write_trace
 
         done = sorted(self.records(), key=lambda r: (r.arrival, r.id))
         specs = [TaskSpec(r.id, r.arrival, max(r.finished_at - r.dispatched_at, 0.0), fields=dict(r.fields),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping
 
 from ray_adaptive import resources
 
@@ -44,12 +44,6 @@ class SlotBinding:
         self._scope = resources.ResourceScope()
         for slot in self.slots.values():
             self._scope.set_resource(slot.resource, slot.capacity, node_spec=slot.node_id)
-
-    def options_for(self, node_id: str, user_resources: Optional[Mapping[str, float]] = None) -> dict:
-        """``resources=`` for a task bound to ``node_id`` (the user's own resources kept)."""
-        merged = dict(user_resources or {})
-        merged[self.slots[node_id].resource] = 1
-        return {"resources": merged}
 
     def rehome(self, node_id: str, host_id: str) -> None:
         """Move ``node_id``'s slot to ``host_id`` (after ``node_id`` died): tasks bound to

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.errors import PlacementDeadlineExceeded
 from ray_adaptive.monitor import Monitor, TaskRecord
-from ray_adaptive.runtime.scheduler import TaskState
+from ray_adaptive.plan.scheduler import TaskState
 
 
 @dataclass

@@ -1,12 +1,22 @@
-"""Discrete-event simulation of the cluster model, and the ideal scheduler's replay."""
+"""Discrete-event simulation of the cluster model: the ideal scheduler's replay and the plan simulator.
+
+* :mod:`~ray_adaptive.sim.model` -- the cluster and scheduling model (nodes, tasks, their lives);
+* :mod:`~ray_adaptive.sim.events`, :mod:`~ray_adaptive.sim.cluster` -- the event loop and the nodes on it;
+* :mod:`~ray_adaptive.sim.ideal`, :mod:`~ray_adaptive.sim.replay` -- the ideal scheduler, end to end;
+* :mod:`~ray_adaptive.sim.plan_sim` -- a lowered plan's schedulers, with their latencies;
+* :mod:`~ray_adaptive.sim.metrics` -- goodput, fairness, the competitive ratio.
+
+Example:
+    >>> from ray_adaptive.dsl import load_policy
+    >>> from ray_adaptive.workload import scenario_from_dict
+    >>> sc = scenario_from_dict({"nodes": [{"id": "n0"}, {"id": "n1"}], "tasks": [{"id": "t0", "arrival": 0.0}]})
+    >>> [d.node for d in replay(load_policy("least_loaded"), sc).decisions]
+    ['n0']
+"""
 
 from ray_adaptive.sim.events import EventLoop
 from ray_adaptive.sim.ideal import Decision, IdealScheduler
-from ray_adaptive.sim.model import NodeSpec, TaskSpec
+from ray_adaptive.sim.plan_sim import simulate
 from ray_adaptive.sim.replay import Replay, ReplayResult, replay
-from ray_adaptive.sim.scenario import Scenario, check_fields, load_scenario, scenario_from_dict
 
-__all__ = [
-    "EventLoop", "Decision", "IdealScheduler", "NodeSpec", "TaskSpec", "Replay", "ReplayResult",
-    "replay", "Scenario", "check_fields", "load_scenario", "scenario_from_dict",
-]
+__all__ = ["EventLoop", "Decision", "IdealScheduler", "Replay", "ReplayResult", "replay", "simulate"]

@@ -25,43 +25,12 @@
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Optional
 
-DEFAULT_EXECUTORS = 1
-DEFAULT_QUEUE = 2
-DEFAULT_DURATION = 0.02  # seconds
-DEFAULT_TIMEOUT = math.inf  # never dropped
-#: What a task's deadline (arrival + timeout) bounds: its start, or its dispatch (see above).
-DEADLINES = ("start", "dispatch")
+from ray_adaptive.workload.specs import DEADLINES, NodeSpec, TaskSpec
 
-
-@dataclass(frozen=True)
-class NodeSpec:
-    id: str
-    executors: int = DEFAULT_EXECUTORS
-    queue: int = DEFAULT_QUEUE
-    resources: dict = field(default_factory=dict)
-    fields: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    id: str
-    arrival: float
-    duration: float = DEFAULT_DURATION
-    timeout: float = DEFAULT_TIMEOUT
-    fields: dict = field(default_factory=dict)
-    resources: dict = field(default_factory=dict)
-    # who submitted it (a client of a tenant, e.g. "greedy/2"); decentralized plans
-    # receive a task at its submitter's home scheduler. The ideal scheduler ignores it.
-    submitter: str = ""
-
-    @property
-    def deadline(self) -> float:
-        return self.arrival + self.timeout
+__all__ = ["Task", "Node", "DEADLINES"]
 
 
 class Task:

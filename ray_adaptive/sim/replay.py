@@ -13,7 +13,7 @@ from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
 from ray_adaptive.sim.ideal import Decision, IdealScheduler
 from ray_adaptive.sim.model import DEADLINES, Task
-from ray_adaptive.sim.scenario import Scenario, check_fields
+from ray_adaptive.workload.scenario import Scenario, check_fields
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Replay:
 
     Example:
         >>> from ray_adaptive.dsl import load_policy
-        >>> from ray_adaptive.sim.scenario import scenario_from_dict
+        >>> from ray_adaptive.workload.scenario import scenario_from_dict
         >>> sc = scenario_from_dict({"nodes": [{"id": "n0"}, {"id": "n1"}],
         ...                          "tasks": [{"id": "t0", "arrival": 0.0}]})
         >>> [d.node for d in Replay(load_policy("least_loaded"), sc).run().decisions]

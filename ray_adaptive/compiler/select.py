@@ -1,4 +1,4 @@
-"""Which plan ``ra.start(policy, plan=...)`` runs, and its runnable form.
+"""Which plan to run for ``ra.start(policy, plan=...)``, and why.
 
 ``plan`` may be:
 
@@ -13,6 +13,12 @@
 * the name of any plan the compiler enumerates (``"hybrid+power-of-2"``);
 * a plan file (``ray-adaptive compile --json`` output: its choice), as a
   path or as the parsed dict, or one plan entry of such a file.
+
+Example:
+    >>> from ray_adaptive.dsl import load_policy
+    >>> plan, why = select_plan(load_policy("drf_lb"), "decentralized", nodes=4, executors=1, queue=2)
+    >>> plan.name, why
+    ('decentralized+sync 100ms', 'the decentralized plan with the fewest approximations')
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import json
 import os
 from typing import Mapping, Optional, Tuple
 
-from ray_adaptive.compiler.plans import Plan, enumerate_plans
-from ray_adaptive.compiler.units import analyze
+from ray_adaptive.compiler.analysis import analyze
+from ray_adaptive.compiler.plans import enumerate_plans
 from ray_adaptive.dsl.ir import Policy
-from ray_adaptive.sim.plans import ARCHITECTURES, SimPlan
+from ray_adaptive.plan import Architecture, Plan, SyncKind
 
-__all__ = ["select_plan", "runnable"]
+__all__ = ["select_plan"]
 
 
 def _from_file(policy: Policy, d: Mapping) -> Plan:
@@ -45,7 +51,7 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
     if not isinstance(plan, str) or not plan:
         raise TypeError(f"plan must be 'auto', an architecture, a plan name, a plan file path or a dict; got {plan!r}")
     if plan == "auto":
-        from ray_adaptive.compiler import compile_policy
+        from ray_adaptive.compiler.pipeline import compile_policy
 
         c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1)
         return c.choice.estimate.plan, f"compiler's choice at {c.rate:.0f} tasks/s: {c.choice.why}"
@@ -55,27 +61,16 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
         with open(plan) as f:
             return _from_file(policy, json.load(f)), f"from {plan}"
     plans, excluded = enumerate_plans(analyze(policy), nodes)
-    if plan in ARCHITECTURES:
+    if plan in {a.value for a in Architecture}:
         mine = [p for p in plans if p.architecture == plan]
         if not mine:
             why = "; ".join(x.why for x in excluded if x.architecture == plan) or "no such plan"
             raise ValueError(f"policy {policy.name!r} has no {plan} plan: {why}")
-        best = min(mine, key=lambda p: (plan == "decentralized" and p.sync.kind == "instant", len(p.approximations)))
+        best = min(mine, key=lambda p: (p.architecture is Architecture.DECENTRALIZED and p.sync.kind is SyncKind.INSTANT,
+                                        len(p.approximations)))
         return best, f"the {plan} plan with the fewest approximations"
     for p in plans:
         if p.name == plan:
             return p, "named"
-    names = ", ".join(["auto", *ARCHITECTURES, *(p.name for p in plans)])
+    names = ", ".join(["auto", *(a.value for a in Architecture), *(p.name for p in plans)])
     raise ValueError(f"unknown plan {plan!r} for policy {policy.name!r}; expected one of: {names}, or a plan file")
-
-
-def runnable(policy: Policy, plan: Plan, nodes: int) -> SimPlan:
-    """The plan lowered to what the runtime's roles run (the same lowering the simulator uses)."""
-    from ray_adaptive.compiler.estimates import lower
-    from ray_adaptive.compiler.profile import Profile
-
-    analysis = analyze(policy)
-    if plan.architecture == "hybrid" and not analysis.separability.separable:
-        raise ValueError(f"plan {plan.name!r} needs a separable Score; policy {policy.name!r}'s is not "
-                         f"({analysis.separability.why})")
-    return lower(plan, analysis, Profile(), nodes)

@@ -18,7 +18,8 @@ import click
 import numpy as np
 
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.sim import Replay, Scenario, load_scenario
+from ray_adaptive.sim import Replay
+from ray_adaptive.workload import Scenario, load_scenario
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 
 SCENARIO = "drf_3tenants"

@@ -28,7 +28,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from ray_adaptive.sim.metrics import jain_index, service_ratios
-from ray_adaptive.sim.workload import paper_tenants
+from ray_adaptive.workload.generate import paper_tenants
 
 __all__ = ["RayExperiment", "run_plan", "run_sweep", "PLANS"]
 
@@ -214,8 +214,8 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
 
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.dsl import load_policy
-    from ray_adaptive.sim.scenario import scenario_from_dict
-    from ray_adaptive.sim.workload import tenant_workload
+    from ray_adaptive.workload.scenario import scenario_from_dict
+    from ray_adaptive.workload.generate import tenant_workload
 
     # the same workload as the run: these task lengths, one submitter per tenant, this timeout
     service = service_s or exp.duration_s
@@ -321,7 +321,7 @@ def reproduce_ray(out_dir="out/reproduce_ray", quick: bool = False, nodes: int =
     import pandas as pd
     import ray
 
-    from ray_adaptive.local_cluster import local_cluster
+    from ray_adaptive.local_multinode import local_cluster
 
     exp = RayExperiment(seconds=2.0 if quick else 4.0)
     out = Path(out_dir)

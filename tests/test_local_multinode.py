@@ -1,8 +1,8 @@
-"""ray_adaptive.local_cluster: option checks (the cluster itself backs every Ray test module)."""
+"""ray_adaptive.local_multinode: option checks (the cluster itself backs every Ray test module)."""
 
 import pytest
 
-from ray_adaptive.local_cluster import start_local_cluster
+from ray_adaptive.local_multinode import start_local_cluster
 
 
 def test_bad_options_are_refused_before_anything_starts():

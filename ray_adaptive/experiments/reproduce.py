@@ -39,11 +39,12 @@ from typing import Callable, Optional, Sequence
 
 
 from ray_adaptive.compiler import PlanSpace, Profile, analyze, compile_policy, enumerate_plans, lower
+from ray_adaptive.compiler.pipeline import measured_profile, workload_window
 from ray_adaptive.compiler.estimates import effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.sim.scenario import Scenario, scenario_from_dict
-from ray_adaptive.sim.workload import PAPER_DURATION, Tenant, policy_workload
+from ray_adaptive.workload.scenario import Scenario, scenario_from_dict
+from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, policy_workload
 
 __all__ = ["Experiment", "PAPER", "WORKLOADS", "PAPER_PLANS", "sweep", "table1", "agreement", "choice_agreement",
            "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES"]
@@ -410,12 +411,9 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
     warmup = min(0.5, seconds / 4)
     profile = Profile()
     if measure:
-        from ray_adaptive.compiler.pipeline import _profile_batch, workload_window
-        from ray_adaptive.compiler.profile import measure_units
-
         policy = load_policy(PAPER.policy)
         window, _ = workload_window(policy, None, 400.0, PAPER.nodes, window=100)
-        profile = profile.with_units(measure_units(analyze(policy), *_profile_batch(window, policy)))
+        profile = measured_profile(analyze(policy), window, profile)
     start = time.perf_counter()
     total = None  # the compiler's choice adds a run at some rates only
     bar = None

@@ -25,8 +25,8 @@ from typing import Any
 
 from ray_adaptive.dsl.ir import Policy, field_problem
 from ray_adaptive.errors import ScenarioError
-from ray_adaptive.sim import model
-from ray_adaptive.sim.model import NodeSpec, TaskSpec
+from ray_adaptive.workload import specs
+from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 
 _NODE_KEYS = {"id", "executors", "queue", "resources", "fields"}
 _TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields", "submitter"}
@@ -108,10 +108,10 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
         if nid in seen:
             r.fail(where, f"duplicate node id {json.dumps(nid)}")
         seen.add(nid)
-        executors = r.get(e, "executors", where, "count", model.DEFAULT_EXECUTORS)
+        executors = r.get(e, "executors", where, "count", specs.DEFAULT_EXECUTORS)
         if executors < 1:
             r.fail(where, "'executors' must be at least 1")
-        nodes.append(NodeSpec(nid, executors, r.get(e, "queue", where, "count", model.DEFAULT_QUEUE),
+        nodes.append(NodeSpec(nid, executors, r.get(e, "queue", where, "count", specs.DEFAULT_QUEUE),
                               r.resources(e, where), r.get(e, "fields", where, "object", {})))
     if not nodes:
         r.fail("nodes", "a scenario needs at least one node")
@@ -124,8 +124,8 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
             r.fail(where, f"duplicate task id {json.dumps(tid)}")
         seen.add(tid)
         arrival = float(r.get(e, "arrival", where, "number"))
-        duration = float(r.get(e, "duration", where, "number", model.DEFAULT_DURATION))
-        timeout = float(r.get(e, "timeout", where, "number", model.DEFAULT_TIMEOUT))
+        duration = float(r.get(e, "duration", where, "number", specs.DEFAULT_DURATION))
+        timeout = float(r.get(e, "timeout", where, "number", specs.DEFAULT_TIMEOUT))
         for key, v in (("arrival", arrival), ("duration", duration), ("timeout", timeout)):
             if v < 0 or math.isnan(v):
                 r.fail(where, f"'{key}' must be >= 0, found {v}")

@@ -2,7 +2,9 @@
 
 Every role of every plan is this class, hosted where the plan puts it (the
 submitting process, the selector actor, a placement actor on a node; see
-:mod:`ray_adaptive.runtime.topology`):
+:mod:`ray_adaptive.runtime.topology`); the simulator's schedulers make
+their decisions with its :meth:`Scheduler.pick` too, on the nodes their
+load view shows (:mod:`ray_adaptive.sim.plan_sim`):
 
 * the **program** is what it scores with: the whole policy (centralized,
   decentralized), the task part of a separable Score (the hybrid's
@@ -22,7 +24,7 @@ then task id, then node order), so a scheduler that sees everything decides
 exactly as the ideal scheduler of the simulator -- and with its scoring: a
 Score the compiler split into ``T(task) op N(node)`` (``split``) is scored
 part by part, each value remembered while what it reads is unchanged
-(:class:`~ray_adaptive.sim.scoring.SplitScoring`, bit-for-bit the matrix's),
+(:class:`~ray_adaptive.plan.scoring.SplitScoring`, bit-for-bit the matrix's),
 so a least-loaded decision is a few dictionary look-ups. As there, a task still
 pending at its ``deadline`` is dropped, with no hook run: :meth:`Scheduler.decide`
 returns it with ``node`` None, and never places it (placed, it would hold a
@@ -32,18 +34,18 @@ no decision is made for a task past its deadline.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ray_adaptive.dsl.interp import Interpreter
-from ray_adaptive.dsl.ir import Policy, task_attributes_read
-from ray_adaptive.sim.replicas import DeltaLog, copy_state
-from ray_adaptive.sim.scoring import ScoreSplit, group_key, scoring_for
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.plan.queue import PendingQueue
+from ray_adaptive.plan.replicas import DeltaLog, copy_state
+from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_for
 
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 
@@ -102,119 +104,14 @@ class TaskState:
                 "deadline": None if self.deadline == math.inf else self.deadline}
 
 
-class _Pending:
-    """A scheduler's pending queue, and the rows each decision scores.
-
-    * FIFO (the hybrid's placement schedulers): tasks in the order received;
-      a decision scores the first.
-    * Grouped (``key``: what Score reads of a task, see
-      :func:`~ray_adaptive.sim.scoring.group_key`): tasks of a group score
-      alike against every node, so a decision scores each group's first task
-      in (arrival, id) order -- its *head* -- only; heads in that order hold
-      the whole queue's first minimum, the tie rule. A backlog of 10,000
-      tasks from 3 tenants costs DRF-LB a few rows per decision, not 10,000.
-    * Otherwise (Score reads ``task.id`` or ``task.arrival``: every task
-      differs) one list in (arrival, id) order, all of it scored.
-    """
-
-    def __init__(self, fifo: bool, key: Optional[Callable[[TaskState], Any]]):
-        self._fifo: Optional[Deque[TaskState]] = deque() if fifo else None
-        self._key = key if key is not None else (lambda t: None)  # ungrouped: one group
-        self._groups: Dict[Any, Tuple[List[tuple], List[TaskState]]] = {}  # key -> (sort keys, tasks)
-        self._grouped = key is not None
-        self.ids: set = set()  # of every pending task
-        self.timed = False  # some task came with a finite deadline
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def add(self, task: TaskState) -> None:
-        self.ids.add(task.id)
-        self.timed = self.timed or task.deadline < math.inf
-        if self._fifo is not None:
-            self._fifo.append(task)
-            return
-        keys, tasks = self._groups.setdefault(self._key(task), ([], []))
-        order = (task.arrival, task.id)
-        i = bisect.bisect_right(keys, order)
-        keys.insert(i, order)
-        tasks.insert(i, task)
-
-    def rows(self) -> List[TaskState]:
-        """The tasks a decision scores, in tie-rule order."""
-        if self._fifo is not None:
-            return [self._fifo[0]] if self._fifo else []
-        if not self._grouped:
-            return list(self._groups[None][1]) if self._groups else []
-        return sorted((tasks[0] for _, tasks in self._groups.values()), key=_arrival_order)
-
-    def take(self, task: TaskState, row: int) -> None:
-        """Remove ``task``, row ``row`` of the last :meth:`rows`."""
-        self.ids.discard(task.id)
-        if self._fifo is not None:
-            self._fifo.popleft()
-            return
-        k = self._key(task)
-        keys, tasks = self._groups[k]
-        i = 0 if self._grouped else row
-        del keys[i], tasks[i]
-        if not tasks:
-            del self._groups[k]
-
-    def drop_late(self, now: float) -> List[TaskState]:
-        """Remove the tasks past their deadline at the head of each group (of the FIFO) and return
-        them. Heads only, so it costs a few checks per decision: a later task past its deadline
-        goes once it is a head, and grouped and FIFO queues score heads only. (An ungrouped queue
-        scores every task: :meth:`Scheduler.decide` drops one past its deadline that wins.)"""
-        late: List[TaskState] = []
-        if self._fifo is not None:
-            while self._fifo and self._fifo[0].deadline < now:
-                late.append(self._fifo.popleft())
-        else:
-            for k in [k for k, (_, tasks) in self._groups.items() if tasks[0].deadline < now]:
-                keys, tasks = self._groups[k]
-                while tasks and tasks[0].deadline < now:
-                    late.append(tasks[0])
-                    del keys[0], tasks[0]
-                if not tasks:
-                    del self._groups[k]
-        self.ids.difference_update(t.id for t in late)
-        return late
-
-    def remove_where(self, which: Callable[[TaskState], bool]) -> List[TaskState]:
-        out: List[TaskState] = []
-        if self._fifo is not None:
-            out = [t for t in self._fifo if which(t)]
-            self._fifo = deque(t for t in self._fifo if not which(t))
-        for k in list(self._groups):
-            keys, tasks = self._groups[k]
-            drop = [which(t) for t in tasks]
-            out += [t for t, d in zip(tasks, drop) if d]
-            kept = [(o, t) for o, t, d in zip(keys, tasks, drop) if not d]
-            if kept:
-                self._groups[k] = ([o for o, _ in kept], [t for _, t in kept])
-            else:
-                del self._groups[k]
-        self.ids.difference_update(t.id for t in out)
-        return out
-
-    def tasks(self) -> List[TaskState]:
-        """Every pending task, in the order decisions consider them."""
-        if self._fifo is not None:
-            return list(self._fifo)
-        return sorted((t for _, ts in self._groups.values() for t in ts), key=_arrival_order)
-
-
-def _arrival_order(t: TaskState) -> tuple:
-    return t.arrival, t.id
-
-
 class Scheduler:
     """Pending queue + program + State + node view (see the module doc)."""
 
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
                  sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
-                 split: Optional[ScoreSplit] = None):
+                 split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None):
+        """``queue`` / ``scoring``: given by a host that groups and scores tasks its own way (the
+        simulator: with the resource fit, group keys cached per task); by default, from ``program``."""
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
@@ -223,10 +120,10 @@ class Scheduler:
         self.sample_d = sample_d
         self.log = DeltaLog(merge, self.interp.state) if merge else None
         self._rng = random.Random(seed)
-        reads = task_attributes_read(program.score)
-        self._pending = _Pending(fifo, None if "arrival" in reads else group_key(program.score))
+        self.queue = queue if queue is not None else PendingQueue(row_key(program.score), fifo=fifo, deadlines=True)
         # (a split part's values are remembered by task group; a Score reading task.id: by task)
-        self._scoring = scoring_for(program, split, False, group_key(program.score) or (lambda t: t.id))
+        self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
+                                                                       group_key(program.score) or (lambda t: t.id))
         self.running: Dict[str, TaskState] = {}  # decided, not finished
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
 
@@ -238,12 +135,12 @@ class Scheduler:
     # ---------------------------------------------------------------- queue
     def add(self, task: TaskState, now: float) -> None:
         """A task joins the pending queue (ordered by arrival then id; or in order received, ``fifo``)."""
-        self._pending.add(task)
+        self.queue.add(task)
         self._hook("OnArrival", task, None, now)
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self.queue)
 
     def _candidates(self) -> List[NodeState]:
         room = [n for n in self.nodes if n.has_room]
@@ -252,28 +149,38 @@ class Scheduler:
             room = [room[i] for i in picks]
         return room
 
+    def pick(self, candidates: Sequence, now: float):
+        """The decision step: the first minimum of Score over the queue's rows x ``candidates``
+        (the tie rule), taken out of the queue; ``(task, node)``, or None if no pair is feasible.
+        The caller binds it (:meth:`decide` does at once; the simulator after the decision's busy
+        time, when the node may have filled meanwhile)."""
+        if not candidates:
+            return None
+        rows = self.queue.rows()
+        best = self.scoring.scores(self.interp, rows, candidates, now).argmin() if rows else None
+        if best is None:
+            return None
+        i, j = best
+        task = rows[i]
+        self.queue.take(task, i)
+        return task, candidates[j]
+
     def decide(self, now: float) -> List[TaskState]:
         """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
         each with ``node`` set (OnDispatch has run for each) -- and those dropped at their
         deadline, with ``node`` None."""
         chosen = []
         start = time.perf_counter()
-        while self._pending:
-            if self._pending.timed:
-                late = self._pending.drop_late(now)
+        while self.queue:
+            if self.queue.timed:
+                late = self.queue.drop_late(now)
                 chosen += late
                 if late:
                     continue
-            candidates = self._candidates()
-            if not candidates:
-                break
-            rows = self._pending.rows()
-            pick = self._scoring.scores(self.interp, rows, candidates, now).argmin()
+            pick = self.pick(self._candidates(), now)
             if pick is None:
                 break
-            i, j = pick
-            task, node = rows[i], candidates[j]
-            self._pending.take(task, i)
+            task, node = pick
             if task.deadline < now:  # (an ungrouped queue scores every task: one past its deadline can win)
                 chosen.append(task)  # dropped, node None: a decision is made by the deadline or not at all
                 continue
@@ -310,7 +217,7 @@ class Scheduler:
 
     def knows(self, task_id: str) -> bool:
         """Whether the task is pending or running here."""
-        return task_id in self.running or task_id in self._pending.ids
+        return task_id in self.running or task_id in self.queue.ids
 
     def release_running(self) -> List[TaskState]:
         """Hand every running task over to another scheduler (the inverse of :meth:`adopt`)."""
@@ -322,7 +229,7 @@ class Scheduler:
 
     def cancel_pending(self, which: Optional[Callable[[TaskState], bool]] = None) -> List[TaskState]:
         """Remove the pending tasks ``which`` selects (default: all) and return them; no hooks run."""
-        return self._pending.remove_where(which or (lambda t: True))
+        return self.queue.remove_where(which or (lambda t: True))
 
     # ---------------------------------------------------------------- views
     def set_others(self, others: Mapping[str, int]) -> None:
@@ -335,6 +242,6 @@ class Scheduler:
 
     def export(self) -> dict:
         """Queues and State, for a plan that replaces this one: nothing queued is lost."""
-        return {"pending": [t.export() for t in self._pending.tasks()],
+        return {"pending": [t.export() for t in self.queue.tasks()],
                 "running": [{**t.export(), "node": t.node} for t in self.running.values()],
                 "state": copy_state(self.interp.state)}

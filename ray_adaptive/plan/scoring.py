@@ -1,4 +1,4 @@
-"""How the simulator's schedulers turn Score into decisions and competitive-ratio samples.
+"""How schedulers turn Score into decisions (and the simulator into competitive-ratio samples).
 
 A decision is the first minimum, in row-major order, of the score matrix over
 (pending task groups x candidate nodes) -- the cluster model's tie rule --
@@ -35,7 +35,7 @@ import numpy as np
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 
-__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key"]
+__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key", "row_key", "written_by_hooks"]
 
 _NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
 _PART = "__part__"  # the local a part's value is computed into
@@ -102,24 +102,6 @@ class MatrixScoring:
 # ------------------------------------------------------------------ fast path
 
 
-def _children(e: ir.Expr) -> tuple:
-    if isinstance(e, ir.Index):
-        return e.base, e.key
-    if isinstance(e, ir.Unary):
-        return (e.operand,)
-    if isinstance(e, ir.Binary):
-        return e.left, e.right
-    if isinstance(e, ir.Call):
-        return e.args
-    if isinstance(e, ir.Cond):
-        return e.test, e.then, e.orelse
-    if isinstance(e, ir.VecLit):
-        return e.items
-    if isinstance(e, ir.MapLit):
-        return (*e.keys, *e.values)
-    return ()
-
-
 def _state_reads(e: ir.Expr, obj: str) -> Optional[set]:
     """The State a part reads: ``("entry", var, attr)`` for ``var[obj.attr]`` of a map, ``("var", var, "")``
     for anything else; None when the part reads the clock (its value changes with time alone)."""
@@ -129,7 +111,7 @@ def _state_reads(e: ir.Expr, obj: str) -> Optional[set]:
             and isinstance(e.key, ir.FieldRef) and e.key.obj == obj):
         return {("entry", e.base.name, e.key.name)}
     out = {("var", e.name, "")} if isinstance(e, ir.StateRef) else set()
-    for c in _children(e):
+    for c in ir.children(e):
         sub = _state_reads(c, obj)
         if sub is None:
             return None
@@ -361,3 +343,40 @@ def scoring_for(policy: ir.Policy, split: Optional[ScoreSplit], resources: bool,
         fixed = frozenset(d.name for d in policy.state) - written_by_hooks(policy)
         return SplitScoring(split, group, fixed)
     return MatrixScoring(resources)
+
+
+def row_key(fn: ir.Function, resources: bool = False, cache: bool = False,
+            shared: Optional[dict] = None) -> Optional[Callable]:
+    """``key(task)`` for a pending queue: tasks that Score ``fn`` (and, with ``resources``, the
+    resource fit) cannot tell apart share it; None when every task differs (``fn`` reads
+    ``task.id`` or ``task.arrival``): the queue is then one ordered list.
+
+    ``cache``: compute it once per task object (a simulation, whose tasks live for the run; a
+    runtime queue would keep every task it ever saw). ``shared``: one cached key for every
+    function reading the same task attributes.
+    """
+    if shared is not None:
+        what = (ir.task_attributes_read(fn), resources)
+        if what not in shared:
+            shared[what] = row_key(fn, resources, cache)
+        return shared[what]
+    # a Score reading task.arrival tells every task apart in practice: one ordered list, not a group per task
+    key = group_key(fn) if "arrival" not in ir.task_attributes_read(fn) else None
+    if key is not None and resources:
+        plain = key
+        key = lambda t: (*plain(t), tuple(sorted(t.spec.resources.items())))  # noqa: E731
+    return _cached(key) if cache and key is not None else key
+
+
+def _cached(key: Callable) -> Callable:
+    """``key`` computed once per task."""
+    cache: dict = {}
+
+    def get(t):
+        k = cache.get(t)
+        if k is None:
+            k = cache[t] = key(t)
+        return k
+
+    return get
+

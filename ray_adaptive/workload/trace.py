@@ -23,7 +23,7 @@ again.
 
 Example:
     >>> import tempfile, os
-    >>> from ray_adaptive.sim.model import TaskSpec
+    >>> from ray_adaptive.workload.specs import TaskSpec
     >>> path = os.path.join(tempfile.mkdtemp(), "t.csv")
     >>> write_trace(path, [TaskSpec("t0", 0.5, fields={"tenant": "a", "resource_vec": [0.1, 0.2]})])
     >>> read_trace(path)[0].fields
@@ -35,11 +35,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence
 
 from ray_adaptive.errors import ScenarioError
-from ray_adaptive.sim import model
-from ray_adaptive.sim.model import Task, TaskSpec
+from ray_adaptive.workload import specs
+from ray_adaptive.workload.specs import TaskSpec
 
 __all__ = ["read_trace", "write_trace", "OUTCOME_COLUMNS"]
 
@@ -61,22 +61,23 @@ def _encode(v):
     return json.dumps(v) if isinstance(v, (list, dict)) else v
 
 
-def write_trace(path: "str | Path", tasks: Iterable[Union[Task, TaskSpec]], placed_by: Optional[Mapping[str, str]] = None) -> None:
-    """Write ``tasks`` (specs, or a run's tasks with their outcome) to a CSV or Parquet trace."""
+def write_trace(path: "str | Path", tasks: Iterable, placed_by: Optional[Mapping[str, str]] = None) -> None:
+    """Write ``tasks`` (specs, or a simulated run's tasks -- anything with a ``spec`` and
+    a ``status`` -- with their outcome) to a CSV or Parquet trace."""
     import pandas as pd
 
     path = Path(path)
     fmt = _format(path)
     rows = []
     for t in tasks:
-        spec = t.spec if isinstance(t, Task) else t
+        spec = getattr(t, "spec", t)
         row = {
             "id": spec.id, "arrival": spec.arrival, "duration": spec.duration,
             "timeout": spec.timeout if math.isfinite(spec.timeout) else None,
             "submitter": spec.submitter, "resources": json.dumps(spec.resources) if spec.resources else "",
         }
         row.update({_PREFIX + k: _encode(v) for k, v in spec.fields.items()})
-        if isinstance(t, Task):
+        if spec is not t:  # a run's task: its outcome too
             row.update({
                 "status": t.status, "node": t.node.id if t.node is not None else "",
                 "scheduler": (placed_by or {}).get(spec.id, ""),
@@ -187,7 +188,7 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
     for i, a in enumerate(arrivals):
         if math.isnan(a):
             raise ScenarioError(f"{where(i)}: column 'arrival' is empty")
-    durations = _numbers(df, "duration", model.DEFAULT_DURATION, where)
+    durations = _numbers(df, "duration", specs.DEFAULT_DURATION, where)
     timeouts = _numbers(df, "timeout", math.inf, where)
     n = len(ids)
     resources_col = df["resources"].tolist() if "resources" in df.columns else [""] * n
@@ -219,7 +220,7 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
 
 
 def specs_from_dicts(tasks: Sequence[dict]) -> tuple[TaskSpec, ...]:
-    """Scenario-dict tasks (as :mod:`ray_adaptive.sim.workload` makes them) as specs."""
-    from ray_adaptive.sim.scenario import scenario_from_dict
+    """Scenario-dict tasks (as :mod:`ray_adaptive.workload.generate` makes them) as specs."""
+    from ray_adaptive.workload.scenario import scenario_from_dict
 
     return scenario_from_dict({"nodes": [{"id": "n0"}], "tasks": list(tasks)}).tasks

@@ -8,7 +8,7 @@ that removes what it started, ephemeral resources included.
 
 Example::
 
-    from ray_adaptive.local_cluster import local_cluster
+    from ray_adaptive.local_multinode import local_cluster
 
     with local_cluster(num_nodes=4, num_cpus=2) as lc:
         print(lc.node_ids)          # the head first, then the workers

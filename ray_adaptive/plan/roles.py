@@ -1,0 +1,99 @@
+"""What each role of a plan runs: lowering a :class:`~ray_adaptive.plan.lowered.LoweredPlan` to role specs.
+
+A plan has at most two roles (the compiler's placement map says which
+units run where):
+
+* ``selector`` -- one instance with the global pending queue: the whole
+  policy (centralized) or the task part of Score with the pool of all slots
+  as its only candidate (hybrid);
+* ``schedulers`` -- k instances: the whole policy on each one's own tasks,
+  State replicated (decentralized), or the node part of Score over the
+  tasks the selector forwards, in order (hybrid).
+
+:func:`role_specs` is the only place that reads the architecture; the
+runtime's topology builder hosts whatever specs it gets (see
+:mod:`ray_adaptive.runtime.topology`), the same code for every plan.
+
+Example:
+    >>> from ray_adaptive.dsl import load_policy
+    >>> from ray_adaptive.plan import LoweredPlan, Plan
+    >>> specs = role_specs(LoweredPlan(Plan("centralized", "centralized"), load_policy("least_loaded")))
+    >>> list(specs), specs[Role.SELECTOR].fifo
+    ([<Role.SELECTOR: 'selector'>], False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence
+
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.plan.kinds import Architecture, LoadKind, Role, SyncKind
+from ray_adaptive.plan.lowered import LoweredPlan
+from ray_adaptive.plan.scheduler import POOL, NodeState, Scheduler
+from ray_adaptive.plan.scoring import ScoreSplit
+
+__all__ = ["RoleSpec", "role_specs", "lease_spec"]
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """How to build one role's :class:`~ray_adaptive.plan.scheduler.Scheduler`."""
+
+    program: Policy
+    hooks: bool = True  # runs OnArrival/OnDispatch/OnFinish on its State
+    fifo: bool = False  # serves tasks in the order received (scores only the head)
+    pool: bool = False  # its one candidate is the pool of all slots (decides the task, not the node)
+    sample_d: int = 0  # power-of-d: nodes scored per decision (0: all)
+    merge: Optional[Dict[str, str]] = None  # replicated State: how pushed changes merge
+    sync_s: float = 0.0  # push changes / pull State every sync_s (0: before every decision batch)
+    heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
+    split: Optional[ScoreSplit] = None  # the compiler's proof that ``program``'s Score is T(task) op N(node)
+
+    def scheduler(self, nodes: Sequence[Mapping], seed: int = 0) -> Scheduler:
+        """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`)."""
+        views = [NodeState.from_dict(n) for n in nodes]
+        if self.pool:
+            views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
+        return Scheduler(self.program, views, hooks=self.hooks, fifo=self.fifo, sample_d=self.sample_d,
+                         merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split)
+
+
+def role_specs(plan: LoweredPlan) -> Dict[Role, RoleSpec]:
+    """``{Role.SELECTOR: spec, Role.SCHEDULERS: spec}``, with only the roles the plan has."""
+    d = plan.load.d if plan.load.kind is LoadKind.SAMPLE else 0
+    heartbeat = plan.load.period_s if plan.load.kind is LoadKind.CACHED else 0.0
+    merge = {v: rule for v, rule in plan.merge} or None
+    sync_s = plan.sync.period_s if plan.sync.kind is SyncKind.PERIODIC else 0.0
+    if plan.architecture is Architecture.CENTRALIZED:
+        return {Role.SELECTOR: RoleSpec(plan.policy, sample_d=d, split=plan.split)}
+    if plan.architecture is Architecture.DECENTRALIZED:
+        return {Role.SCHEDULERS: RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat,
+                                          split=plan.split)}
+    # hybrid: the selector keeps the exact State the task part reads; the placement schedulers
+    # keep a replica only when their node part reads State hooks change (plan.local_state)
+    local = plan.local_state
+    return {
+        Role.SELECTOR: RoleSpec(plan.task_policy, pool=True, split=plan.task_split),
+        Role.SCHEDULERS: RoleSpec(plan.node_policy, hooks=local, fifo=True, sample_d=d,
+                                  merge=merge if local else None, sync_s=sync_s, heartbeat_s=heartbeat,
+                                  split=plan.node_split),
+    }
+
+
+def lease_spec(plan: LoweredPlan) -> Optional[RoleSpec]:
+    """What a lone submitting process runs while it holds the selector's lease (None: no lease).
+
+    The whole policy over every node -- the decision the plan's selector makes
+    (centralized) or approximates with its placement schedulers (hybrid). A
+    hybrid whose placements keep a replica of State (``plan.local_state``)
+    never leases: the holder's hooks would change State those replicas never see.
+    """
+    specs = role_specs(plan)
+    if Role.SELECTOR not in specs:
+        return None
+    if Role.SCHEDULERS not in specs:
+        return specs[Role.SELECTOR]
+    if plan.local_state:
+        return None
+    return RoleSpec(plan.policy, sample_d=specs[Role.SCHEDULERS].sample_d, split=plan.split)

@@ -1,0 +1,106 @@
+"""A decentralized plan's scheduler, in the submitting process: decisions where the task is submitted.
+
+Like Ray Serve's caller-side router, a :class:`LocalDecider` decides in the
+process that submits the task, on a replica of State synced through the
+state store (:class:`~ray_adaptive.runtime.store.StoreClient`), so no actor
+sits in the launch path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, List, Sequence
+
+from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.runtime.messages import new_client_id
+from ray_adaptive.runtime.store import StoreClient, ping
+
+__all__ = ["LocalDecider"]
+
+
+class LocalDecider:
+    """Decisions in this process (a decentralized scheduler): a replica of State, synced through the store."""
+
+    remote = False
+    thread_safe = False  # the router calls it under its lock
+    SYNC_FLOOR_S = 0.01
+
+    def __init__(self, spec: RoleSpec, nodes: Sequence[dict], store, t0: float):
+        self.client = new_client_id()
+        self._t0 = t0
+        self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF)
+        # a store round trip per decision batch ("probe", "store per decision") would put an actor
+        # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
+        self._m = StoreClient(f"caller-{self.client}", spec, self.sched, store, floor_s=self.SYNC_FLOOR_S)
+        self._dirty = False  # finishes the store has not heard of
+
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        now = self.now()
+        for t in tasks:
+            self.sched.add(t, now)
+        return self.decide()
+
+    def finished(self, ids: Sequence[str]) -> List[TaskState]:
+        now = self.now()
+        for tid in ids:
+            self.sched.finish(tid, now)
+        self._dirty = self._dirty or bool(ids)
+        return self.decide()
+
+    def _refresh(self) -> None:
+        """Apply a sync's answer; start the next one (never waiting for it) while tasks wait here
+        or the store has not heard of this process's finishes."""
+        want = bool(self.sched.pending) or self._dirty
+        pushes = self._m.pushes
+        self._m.refresh(want)
+        if self._m.pushes != pushes:
+            self._dirty = False
+
+    def decide(self) -> List[TaskState]:
+        self._refresh()
+        return self.sched.decide(self.now())
+
+    def tick(self) -> List[TaskState]:
+        """Called by the dispatcher thread: while tasks wait, a heartbeat may show room that finishes
+        elsewhere made; with nothing pending, the store still learns of this process's finishes
+        (else other processes would keep seeing those slots taken)."""
+        self._refresh()
+        return self.sched.decide(self.now()) if self.sched.pending else []
+
+    def mark_dead(self, node_id: str) -> None:
+        n = self.sched.by_id.get(node_id)
+        if n is not None:
+            n.alive = False
+
+    def node_ids(self) -> List[str]:
+        return [n.id for n in self.sched.nodes]
+
+    def decision_latencies(self) -> List[float]:
+        return list(self.sched.decision_s)
+
+    def ping(self, record: Callable[[float], None]) -> None:
+        """Time an empty call to the actor this process's scheduler talks to (the store); see
+        :func:`~ray_adaptive.runtime.store.ping`."""
+        ping(self._m.store, record)
+
+    def store_latencies(self) -> List[float]:
+        """Round trips of this process's recent syncs with the state store (seconds)."""
+        return list(self._m.sync_s)
+
+    @property
+    def pending(self) -> int:
+        return self.sched.pending
+
+    def export(self) -> dict:
+        return self.sched.export()
+
+    def close(self) -> None:
+        import ray
+
+        try:
+            ray.get(self._m.store.leave.remote(self._m.member), timeout=5)
+        except Exception:
+            pass

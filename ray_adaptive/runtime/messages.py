@@ -1,0 +1,89 @@
+"""The messages between a plan's processes: what the selector and the state store answer, what a client hands back.
+
+Plain dataclasses, pickled by Ray. Each names the incarnation of the actor
+that sent it, so a client can tell a restarted actor (which knows nothing of
+its tasks) from the one it was talking to.
+
+Example:
+    >>> Decisions([("t1", "node-a"), ("t2", None)], "f00d").placed()
+    [('t1', 'node-a')]
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+from ray_adaptive.plan.scheduler import TaskState
+
+__all__ = ["Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "SyncAnswer", "new_client_id"]
+
+def new_client_id() -> str:
+    """The id a submitting process's messages carry: unique in the cluster (its pid, readable in logs, and a
+    random part)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+#: (task id, node id), or (task id, None): dropped at its deadline, never placed.
+Decision = Tuple[str, Optional[str]]
+
+
+@dataclass
+class Decisions:
+    """The selector's answer to a client's exchange: decisions made for that client's tasks."""
+
+    decisions: List[Decision]
+    incarnation: str
+
+    def placed(self) -> List[Decision]:
+        return [(t, n) for t, n in self.decisions if n is not None]
+
+
+@dataclass
+class Lease:
+    """The selector hands its decisions to a lone client: its exact State, the nodes it saw die,
+    and the client's tasks back, undecided (see :class:`~ray_adaptive.runtime.selector.Selector`)."""
+
+    state: dict
+    dead: List[str]
+    tasks: List[TaskState]
+    incarnation: str
+
+
+@dataclass
+class Recall:
+    """The selector's answer to a lease holder's long poll: ``recalled`` -- hand the lease back now."""
+
+    recalled: bool
+    incarnation: str
+
+
+#: What :meth:`~ray_adaptive.runtime.selector.Selector.exchange` returns.
+Reply = Union[Decisions, Lease, Recall]
+
+
+@dataclass
+class Handback:
+    """Running tasks decided elsewhere, whose finishes go to the selector from now on.
+
+    A lease coming back carries the holder's ``state`` and the incarnation
+    that granted it (``granted_by``); after a restart, a client's tasks come
+    back as a ``rebuild``: their OnDispatch rebuilds their share of State.
+    """
+
+    running: List[TaskState]
+    dead: List[str] = field(default_factory=list)
+    state: Optional[dict] = None
+    granted_by: Optional[str] = None
+    rebuild: bool = False
+
+
+@dataclass
+class SyncAnswer:
+    """The state store's answer to a sync: the merged State, the *others'* outstanding tasks per node."""
+
+    state: dict
+    others: Dict[str, int]
+    incarnation: str

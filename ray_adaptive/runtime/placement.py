@@ -1,0 +1,222 @@
+"""The hybrid's placement scheduler actor, and the selector's side of it (:class:`Forwarder`).
+
+A hybrid plan's selector picks the *task*; k :class:`Placement` actors,
+each pinned to a node, pick the *node* by the node part of Score. The
+selector's :class:`Forwarder` sends them what it decided, in batches,
+round-robin by batch (the simulator deals single tasks: dealt one by one,
+12 placements got batches of one task and a call each), and relays their
+node choices back to the submitting processes. A placement actor that dies
+(its node, perhaps) loses nothing: its unplaced tasks go to the next live one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from ray_adaptive.plan import POOL, RoleSpec, TaskState
+from ray_adaptive.runtime.messages import Decision
+from ray_adaptive.runtime.store import StoreClient
+
+__all__ = ["Placement", "Forwarder"]
+
+
+class Placement:
+    """A hybrid's placement scheduler, pinned to a node: places forwarded tasks by the node part of Score.
+
+    The loads it decides on come with each call: every placement's decision
+    and every finish passes through the selector, so the selector counts
+    what runs where, exactly, and sends that count with the batch (with a
+    cached load view, taken only once per ``heartbeat_s``). No store round
+    trip sits in the launch path; the store only merges State, for a plan
+    whose placements keep a replica of it.
+    """
+
+    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float):
+        import ray
+
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._t0 = t0
+        self._args = (index, spec, nodes, store)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every task (a restarted selector: its clients send theirs again)."""
+        index, spec, nodes, store = self._args
+        self._spec = spec
+        self._s = spec.scheduler(nodes, seed=index)
+        self._m = StoreClient(f"placement-{index}", spec, self._s, store) if spec.merge else None
+        self._next_loads = 0.0  # (cached view) when the next count of loads is taken
+
+    def where(self) -> str:
+        return self.node_id
+
+    def place(self, forwarded: Sequence[TaskState], finished: Sequence[str], loads: Mapping[str, int]) -> List[Decision]:
+        """Finish notifications, then new tasks, then decisions (also for tasks held from earlier calls).
+        ``loads``: every task placed and not finished per node, as the selector counted them when it
+        sent ``finished`` (so this scheduler's own tasks in it are exactly the ones it still counts)."""
+        s, now = self._s, time.time() - self._t0
+        for tid in finished:
+            s.finish(tid, now)
+        for t in forwarded:
+            s.add(t, now)
+        if self._m is not None:
+            self._m.refresh(want=bool(s.pending), wait=True)
+        if time.monotonic() >= self._next_loads:
+            own = s.outstanding()
+            s.set_others({n: k - own.get(n, 0) for n, k in loads.items()})
+            self._next_loads = time.monotonic() + self._spec.heartbeat_s
+        decided = s.decide(now)
+        if self._m is not None and (decided or finished):
+            self._m.report()
+        return [(t.id, t.node) for t in decided]
+
+    def mark_dead(self, node_id: str) -> None:
+        n = self._s.by_id.get(node_id)
+        if n is not None:
+            n.alive = False
+
+    def export(self) -> dict:
+        return self._s.export()
+
+
+class Forwarder:
+    """The selector's side of its placement actors: forwards decided tasks, relays their placements.
+
+    It counts what runs where (every placement and every finish passes
+    through the selector), and sends that count with each batch, so the
+    placements decide on exact loads with no store round trip. Runs a
+    thread of its own; every other method is called with the selector's
+    lock (``cond``) held. ``release(ids, now)``, ``deliver(client, task id,
+    node, now)`` (False: the client is gone) and ``decide(now)`` are the
+    selector's.
+    """
+
+    def __init__(self, placements: Sequence, cond: threading.Condition, now: Callable[[], float],
+                 release: Callable[[List[str], float], None], deliver: Callable[[str, str, Optional[str], float], bool],
+                 decide: Callable[[float], None]):
+        self._placements = list(placements)
+        self._cond, self._now = cond, now
+        self._release, self._deliver, self._decide = release, deliver, decide
+        self._adopted: Dict[str, str] = {}  # handed-back running task -> its node
+        self._placed: Dict[str, str] = {}  # task a placement scheduler placed, not finished -> its node
+        self.loads: Dict[str, int] = {}  # per node: the placed and the adopted tasks (see Placement)
+        self._origin: Dict[str, str] = {}  # forwarded task -> client
+        self._hop: Dict[str, int] = {}  # forwarded task -> placement index
+        self._out: List[List[TaskState]] = [[] for _ in self._placements]
+        self._fin: List[List[str]] = [[] for _ in self._placements]
+        self._batch_to = 0  # the placement scheduler that gets the tasks decided until the next forwarding round
+        self.live = set(range(len(self._placements)))  # placement schedulers not lost
+        self._forwarded: Dict[str, TaskState] = {}  # forwarded, not placed yet (sent again if its placement dies)
+        self._closed = False
+
+    def start(self, restarted: bool) -> None:
+        """Start forwarding; a restarted selector first empties its placements, which held tasks
+        for the old one (the clients send theirs again)."""
+        import ray
+
+        if restarted:
+            ray.get([p.reset.remote() for p in self._placements])
+        threading.Thread(target=self._loop, name="ra-selector-forward", daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def forward(self, t: TaskState) -> None:
+        """Send a task the selector decided to the placement scheduler whose batch is open."""
+        i = self._batch_to
+        self._hop[t.id] = i
+        self._origin[t.id] = t.origin
+        sent = self._forwarded[t.id] = TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline)
+        self._out[i].append(sent)
+
+    def finished(self, tid: str) -> None:
+        """A task the selector counted finished: its placement hears, its node's load drops."""
+        self._forwarded.pop(tid, None)
+        hop = self._hop.pop(tid, None)
+        if hop is not None and hop in self.live:
+            self._fin[hop].append(tid)
+        node = self._placed.pop(tid, None) or self._adopted.pop(tid, None)
+        if node is not None:
+            self.loads[node] -= 1
+
+    def adopt(self, tid: str, node: str) -> str:
+        """A running task handed back (placed by no placement scheduler): counted on its node until it
+        finishes, so the placements see that room taken. Returns the selector's node for it, the pool."""
+        self._adopted[tid] = node
+        self.loads[node] = self.loads.get(node, 0) + 1
+        return POOL
+
+    def mark_dead(self, node_id: str) -> None:
+        for p in self._placements:
+            p.mark_dead.remote(node_id)
+
+    def _next_live(self, i: int) -> int:
+        """The live placement scheduler after ``i`` (round-robin)."""
+        n = len(self._placements)
+        return next((j % n for j in range(i + 1, i + 1 + n) if j % n in self.live), i)
+
+    def _lose(self, i: int) -> None:
+        """Placement scheduler ``i`` died (holds the lock): the tasks it was sent and did not place
+        go to the next live one, and none is sent to it again."""
+        self.live.discard(i)
+        if not self.live:  # (the cluster lost every node a placement ran on)
+            logging.getLogger(__name__).error("every placement scheduler of the hybrid is gone")
+            return
+        j = self._next_live(i)
+        if self._batch_to == i:
+            self._batch_to = j
+        lost = [t for tid, t in self._forwarded.items() if self._hop.get(tid) == i]  # (those in _out[i] too)
+        for t in lost:
+            self._hop[t.id] = j
+        self._out[j].extend(lost)
+        self._out[i], self._fin[i] = [], []
+        self._cond.notify_all()
+
+    def _loop(self) -> None:
+        import ray
+
+        held = [0] * len(self._placements)  # tasks a placement scheduler holds (no room in its view)
+        while not self._closed:
+            with self._cond:
+                if not any(self._out) and not any(self._fin) and not any(held):
+                    self._cond.wait(0.005)
+                loads = dict(self.loads)  # as of the finishes these batches carry
+                batches = [(i, self._out[i], self._fin[i]) for i in self.live
+                           if self._out[i] or self._fin[i] or held[i]]
+                if self._out[self._batch_to]:  # the next tasks decided go to the next placement scheduler
+                    self._batch_to = self._next_live(self._batch_to)
+                for i, _, _ in batches:
+                    held[i] += len(self._out[i])
+                    self._out[i], self._fin[i] = [], []
+            if not batches:
+                continue
+            refs = [self._placements[i].place.remote(out, fin, loads) for i, out, fin in batches]
+            answers = []
+            for (i, _, _), ref in zip(batches, refs):
+                try:
+                    answers.append((i, ray.get(ref)))
+                except Exception:  # the placement actor died (its node, perhaps): the others take its tasks
+                    with self._cond:
+                        held[i] = 0
+                        self._lose(i)
+            with self._cond:
+                now, freed = self._now(), False
+                for i, decided in answers:
+                    held[i] -= len(decided)
+                    for tid, node in decided:
+                        self._forwarded.pop(tid, None)
+                        if node is None:  # the placement dropped it at its deadline: its room in the pool is free
+                            self._release([tid], now)
+                            freed = True
+                        else:
+                            self._placed[tid] = node
+                            self.loads[node] = self.loads.get(node, 0) + 1
+                        freed |= not self._deliver(self._origin.pop(tid), tid, node, now)
+                if freed:  # a gone client's decisions made room
+                    self._decide(now)
+                self._cond.notify_all()
+            if not any(self._out) and any(held):
+                time.sleep(0.001)  # held tasks wait for finishes or a heartbeat: do not spin

@@ -1,0 +1,148 @@
+"""Cached load views: what a scheduler learns of node loads from periodic heartbeats.
+
+A scheduler with a ``cached`` load view (:class:`~ray_adaptive.plan.LoadView`)
+sees each node's load as of its last heartbeat round plus its own
+dispatches since. Rounds come every period, each at a pseudo-random offset
+within its period (a hash of the seed, the scheduler and the round), so no
+scheduler is systematically the first to learn of a free slot.
+
+Nothing is scheduled per round: a round's time is computed when asked, and
+a view is brought up to date only when its scheduler looks (a decision
+attempt), from each node's load history. An idle scheduler costs nothing,
+however many rounds pass.
+
+Example:
+    >>> hb = Heartbeats(period_s=0.01, seed=0)
+    >>> t = hb.first_from(0, 0.0)
+    >>> 0.0 <= t < 0.01, hb.last(0, t) == t, hb.count(0, 0.0, 0.1)
+    (True, True, 10)
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import List
+
+from ray_adaptive.sim.model import Node
+
+__all__ = ["Heartbeats", "LoadHistory", "ViewNode", "CachedView"]
+
+
+class Heartbeats:
+    """The heartbeat rounds of every scheduler of a run (scheduler ``i``'s round ``j`` at :meth:`tick`)."""
+
+    def __init__(self, period_s: float, seed: int):
+        self.period_s = period_s
+        self._seed = seed
+
+    def tick(self, i: int, j: int) -> float:
+        """Time of round ``j`` of scheduler ``i``: somewhere in period ``j``, at a pseudo-random offset."""
+        x = (self._seed * 0x9E3779B1 + i * 0x85EBCA77 + j * 0xC2B2AE3D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x2C1B3C6D) & 0xFFFFFFFF
+        x ^= x >> 12
+        return (j + x / 2.0 ** 32) * self.period_s
+
+    def last(self, i: int, t: float) -> float:
+        """The latest round of ``i`` at or before ``t`` (-inf before the first)."""
+        j = math.floor(t / self.period_s)
+        for k in (j, j - 1):
+            if k >= 0 and self.tick(i, k) <= t:
+                return self.tick(i, k)
+        return -math.inf
+
+    def next(self, i: int, t: float) -> float:
+        """The first round of ``i`` after ``t``."""
+        j = math.floor(t / self.period_s)
+        for k in (j, j + 1):
+            if self.tick(i, k) > t:
+                return self.tick(i, k)
+        return self.tick(i, j + 2)
+
+    def first_from(self, i: int, t: float) -> float:
+        """The first round of ``i`` at or after ``t``."""
+        j = math.floor(t / self.period_s)
+        first = self.tick(i, j)
+        return first if first >= t else self.tick(i, j + 1)
+
+    def count(self, i: int, start: float, end: float) -> int:
+        """Rounds of ``i`` in [start, end)."""
+        h = self.period_s
+        return sum(1 for k in range(max(0, math.floor(start / h)), math.floor(end / h) + 1)
+                   if start <= self.tick(i, k) < end)
+
+
+class LoadHistory:
+    """Each node's load over a run (what a heartbeat round reports, read back at any time)."""
+
+    def __init__(self, nodes: List[Node]):
+        self._hist = [([0.0], [n.load]) for n in nodes]
+
+    def record(self, node: Node, now: float) -> None:
+        times, loads = self._hist[node.index]
+        times.append(now)
+        loads.append(node.load)
+
+    def at(self, index: int, t: float) -> int:
+        """Node ``index``'s load at time ``t`` (its initial load before 0)."""
+        times, loads = self._hist[index]
+        return loads[bisect.bisect_right(times, t) - 1] if t >= 0 else loads[0]
+
+
+class ViewNode:
+    """A node as a scheduler with cached loads sees it (the interpreter's NodeView)."""
+
+    __slots__ = ("node", "id", "index", "executors", "queue", "slots", "resources", "fields", "load")
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.id, self.index, self.executors, self.queue = node.id, node.index, node.executors, node.queue
+        self.slots = node.slots
+        self.resources, self.fields, self.load = node.resources, node.fields, 0
+
+    @property
+    def available(self) -> dict:
+        return self.node.available
+
+    def fits(self, task) -> bool:
+        return self.node.fits(task)
+
+
+class CachedView:
+    """One scheduler's view: loads as of its last heartbeat round, plus its own dispatches since."""
+
+    def __init__(self, nodes: List[Node], heartbeats: Heartbeats, index: int, history: LoadHistory):
+        self.nodes = [ViewNode(n) for n in nodes]
+        self._hb, self.index, self._history = heartbeats, index, history
+        self._tick = -math.inf  # the round the loads are as of
+        self._next = -math.inf  # the first round after the view was last brought up to date
+        self._own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
+
+    def candidates(self, now: float) -> List[ViewNode]:
+        """The nodes with room as this scheduler sees them at ``now``."""
+        if now >= self._next:  # a heartbeat round may have come since the view was last brought up to date
+            tick = self._hb.last(self.index, now)
+            if tick != self._tick:
+                self._tick = tick
+                for v in self.nodes:
+                    v.load = self._history.at(v.index, tick)
+                self._own = [x for x in self._own if x[0] > tick]
+                for _, i in self._own:
+                    self.nodes[i].load += 1
+            self._next = self._hb.next(self.index, now)
+        return [v for v in self.nodes if v.load < v.slots]
+
+    def dispatched(self, node: Node, now: float) -> None:
+        """This scheduler sent a task to ``node``: it counts it until a round reports it."""
+        self.nodes[node.index].load += 1
+        self._own.append((now, node.index))
+
+    def next_round(self, now: float) -> float:
+        return self._hb.next(self.index, now)
+
+    def rounds_during(self, start: float, end: float) -> int:
+        return self._hb.count(self.index, start, end)
+
+    def first_round_from(self, t: float) -> float:
+        return self._hb.first_from(self.index, t)
