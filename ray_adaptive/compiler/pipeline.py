@@ -18,7 +18,7 @@ are replayed; with ``rate`` given, their arrivals are scaled to that rate.
 Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> c = compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False)
-    >>> c.choice.estimate.plan.architecture
+    >>> c.choice.estimate.plan.architecture.value
     'hybrid'
 """
 
