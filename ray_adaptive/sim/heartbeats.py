@@ -77,7 +77,12 @@ class LoadHistory:
     """Each node's load over a run (what a heartbeat round reports, read back at any time)."""
 
     def __init__(self, nodes: List[Node]):
-        self._hist = [([0.0], [n.load]) for n in nodes]
+        self._nodes = nodes
+        self.reset()
+
+    def reset(self) -> None:
+        """Start the history afresh from the nodes' loads now (a run prefilled before it starts)."""
+        self._hist = [([0.0], [n.load]) for n in self._nodes]
 
     def record(self, node: Node, now: float) -> None:
         times, loads = self._hist[node.index]

@@ -72,23 +72,23 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections import deque
 from typing import Optional
 
 import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
-from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role, RoleCosts, Scheduler, SyncKind
+from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.scoring import row_key, scoring_for
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
-from ray_adaptive.sim.heartbeats import CachedView, Heartbeats, LoadHistory, ViewNode
+from ray_adaptive.sim.heartbeats import LoadHistory, ViewNode
 from ray_adaptive.sim.model import DEADLINES, Node, Task
 from ray_adaptive.sim.ratio import RatioSampler
 from ray_adaptive.sim.replication import HookRunner
 from ray_adaptive.sim.results import Metrics, SchedulerStats, SimResult
+from ray_adaptive.sim.servers import Server, assign_homes, build_servers
 from ray_adaptive.workload.scenario import Scenario, check_fields
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
@@ -100,31 +100,14 @@ def _arrival(task: Task) -> float:
     return task.arrival
 
 
-class _Sched:
-    """One scheduler instance: the plan's scheduler (queue, scoring, State) as a simulated server."""
-
-    def __init__(self, name: str, role: Role, costs: RoleCosts, core: Scheduler, rng):
-        self.name, self.role, self.costs, self.core, self.rng = name, role, costs, core, rng
-        self.interp = core.interp
-        self.pending = core.queue
-        self.inbox: deque = deque()
-        self.busy = False
-        self.blocked = False
-        self.busy_s = 0.0
-        self.received = self.attempts = self.failed = self.bounces = self.decisions = 0
-        self.view: Optional[CachedView] = None  # a cached load view (None: probe or sample)
-        self.attempt_s = 0.0  # busy time of one decision attempt
-        self.wake_at = -math.inf
-        self.unpushed: dict = {}
-        self.sync_queued = False  # a periodic sync waits in the inbox or runs
-
-    def stats(self) -> SchedulerStats:
-        return SchedulerStats(self.name, self.role, self.busy_s, self.received, self.attempts, self.failed,
-                              self.bounces, self.decisions)
-
-
 class PlanSim:
-    """One run of ``plan`` on ``scenario`` (see the module docstring for the model)."""
+    """One run of ``plan`` on ``scenario`` (see the module docstring for the model).
+
+    The run's event handlers -- arrivals, timeouts, leaves, each server's
+    steps -- in one class, as they share the run's bookkeeping (who holds
+    which task, what was forwarded or claimed); the servers, their views,
+    State replication and the competitive ratio live in modules of their own.
+    """
 
     def __init__(self, plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
                  record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
@@ -158,27 +141,34 @@ class PlanSim:
         self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self._with_room, cr_every)
         self.hooks = HookRunner(plan, n, self._keys)
         self.placed_by: dict[str, str] = {}
-        self.owner: dict[Task, _Sched] = {}  # scheduler that dispatched the task (gets its finish notification)
-        self.where: dict[Task, _Sched] = {}  # scheduler holding the task in its pending queue
+        self.owner: dict[Task, Server] = {}  # scheduler that dispatched the task (gets its finish notification)
+        self.where: dict[Task, Server] = {}  # scheduler holding the task in its pending queue
         self.forwarded: dict[Task, float] = {}  # hybrid: selector's decision time
         self.unresolved = len(self.tasks)
         self.claimed: set[Task] = set()  # picked by a scheduler, being sent
-        self._paid: dict[Task, _Sched] = {}  # who has paid the receive cost of a task
+        self._paid: dict[Task, Server] = {}  # who has paid the receive cost of a task
         self.outstanding = 0  # hybrid: tasks forwarded and not yet finished/dropped (the selector's accounting)
         self._rr = 0
         self._history = LoadHistory(self.nodes)  # each node's load over time (for cached views)
-        self._build_schedulers(seed)
+        task_key = (row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
+                    if plan.task_policy is not None else None)
+        self.central, self.locals = build_servers(plan, self.nodes, seed, self._key, self.scoring, task_key,
+                                                  self._any_resources, self._history)
+        if self.hooks.periodic:
+            self.hooks.start_store(self.locals[0].interp.state)
+        self._keeps_state = self.arch is not Architecture.HYBRID or plan.local_state
+        self._all = ([self.central] if self.central else []) + self.locals
+        # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
+        self._wakeable = [] if plan.load.kind is LoadKind.CACHED else [
+            s for s in self._all if s.role is Role.SCHEDULERS or self.arch is Architecture.CENTRALIZED]
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
             raise ValueError(f"warmup ({warmup} s) must end before the last arrival ({self.window[1]:.3f} s)")
-        self._homes = self._assign_homes()
+        self._homes = assign_homes(self.tasks, len(self.locals)) if self.arch is Architecture.DECENTRALIZED else {}
         self.warm: set[Task] = set()
         if prefill and self.tasks:
             self._prefill()
-            self._history = LoadHistory(self.nodes)  # the prefilled loads are every view's first
-            for s in self._all:
-                if s.view is not None:
-                    s.view = CachedView(self.nodes, s.view._hb, s.view.index, self._history)
+            self._history.reset()  # the prefilled loads are every view's first
         # arrivals are scheduled one at a time, each by the one before (ties in scenario order), and a
         # task's timeout when it arrives: a heap of what is due soon, not of the whole scenario
         self._arrivals = iter(sorted(self.tasks, key=_arrival))
@@ -188,73 +178,6 @@ class PlanSim:
                 self.loop.at(float(s.rng.uniform(0, plan.sync.period_s)), ARRIVAL, self._sync_tick, s)
 
     # ------------------------------------------------------------ building
-    def _scheduler(self, name: str, role: Role, costs: RoleCosts, program, key, scoring, rng, fifo=False) -> _Sched:
-        queue = PendingQueue(key, fifo=fifo)
-        core = Scheduler(program, (), hooks=False, num_nodes=len(self.nodes), queue=queue, scoring=scoring)
-        return _Sched(name, role, costs, core, rng)
-
-    def _build_schedulers(self, seed: int) -> None:
-        plan, n, arch = self.plan, len(self.nodes), self.arch
-        seeds = itertools.count(1)
-
-        def rng():
-            return np.random.default_rng([seed, next(seeds)])
-
-        self.central: Optional[_Sched] = None
-        self.locals: list[_Sched] = []
-        if arch is Architecture.CENTRALIZED:
-            self.central = self._scheduler("selector", Role.SELECTOR, plan.central, plan.policy, self._key,
-                                           self.scoring, rng())
-        elif arch is Architecture.HYBRID:  # the selector picks by the task part alone: no node, no resource fit
-            key = row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
-            self.central = self._scheduler("selector", Role.SELECTOR, plan.central, plan.task_policy, key,
-                                           scoring_for(plan.task_policy, plan.task_split, False, key), rng())
-        if arch is not Architecture.CENTRALIZED:
-            program = plan.policy if arch is Architecture.DECENTRALIZED else plan.node_policy
-            scoring = self.scoring if arch is Architecture.DECENTRALIZED else scoring_for(
-                plan.node_policy, plan.node_split, self._any_resources)
-            shared = None
-            for i in range(plan.k(n)):
-                s = self._scheduler(f"s{i}", Role.SCHEDULERS, plan.local, program, self._key, scoring, rng(),
-                                    fifo=arch is Architecture.HYBRID)
-                if plan.sync.kind is SyncKind.INSTANT:  # one store: every replica is the same State
-                    if shared is None:
-                        shared = s.interp.state
-                    s.interp.state = shared
-                self.locals.append(s)
-            if self.hooks.periodic:
-                self.hooks.start_store(self.locals[0].interp.state)
-        self._keeps_state = arch is not Architecture.HYBRID or plan.local_state
-        self._all = ([self.central] if self.central else []) + self.locals
-        for s in self._all:  # the busy time of one decision attempt
-            s.attempt_s = s.costs.compute_s + s.costs.probe_s * plan.load.probes(n)
-        cached = plan.load.kind is LoadKind.CACHED
-        # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
-        self._wakeable = [] if cached else [s for s in self._all
-                                            if s.role is Role.SCHEDULERS or arch is Architecture.CENTRALIZED]
-        if cached:
-            heartbeats = Heartbeats(plan.load.period_s, seed)
-            for i, s in enumerate(x for x in self._all if not (arch is Architecture.HYBRID and x.role is Role.SELECTOR)):
-                s.view = CachedView(self.nodes, heartbeats, i, self._history)
-
-    def _assign_homes(self) -> dict:
-        if self.arch is not Architecture.DECENTRALIZED:
-            return {}
-        k = len(self.locals)
-        homes: dict[str, int] = {}
-        out = {}
-        rr = 0
-        for t in sorted(self.tasks, key=lambda x: (x.arrival, x.id)):
-            sub = t.spec.submitter
-            if sub:
-                if sub not in homes:
-                    homes[sub] = len(homes) % k
-                out[t] = homes[sub]
-            else:
-                out[t] = rr % k
-                rr += 1
-        return out
-
     def _prefill(self) -> None:
         """Start from a saturated cluster: every slot of every node holds a copy of a task of the scenario.
 
@@ -289,7 +212,7 @@ class PlanSim:
                             self._run_hook(owner, "OnDispatch", warm, node)
                 self.owner[warm] = owner
 
-    def _run_hook(self, s: _Sched, name: str, task: Task, node) -> None:
+    def _run_hook(self, s: Server, name: str, task: Task, node) -> None:
         """Run a hook on a scheduler's own State (a hybrid's placements keep none unless their node part reads it)."""
         if not self._keeps_state and s.role is Role.SCHEDULERS:
             return
@@ -313,7 +236,7 @@ class PlanSim:
         s = self.central if self.arch is not Architecture.DECENTRALIZED else self.locals[self._homes[task]]
         self._deliver(s, task)
 
-    def _deliver(self, s: _Sched, task: Task) -> None:
+    def _deliver(self, s: Server, task: Task) -> None:
         """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided)."""
         s.received += 1
         s.pending.add(task)
@@ -322,7 +245,7 @@ class PlanSim:
             self._run_hook(s, "OnArrival", task, None)
         self._kick(s)
 
-    def _recv_cost(self, s: _Sched, task: Task) -> float:
+    def _recv_cost(self, s: Server, task: Task) -> float:
         if self._paid.get(task) is s:
             return 0.0
         self._paid[task] = s
@@ -369,11 +292,11 @@ class PlanSim:
                 delay = float(s.rng.uniform(0.0, s.attempt_s))
                 self.loop.after(delay, DECIDE, self._wake, s)
 
-    def _wake(self, s: _Sched) -> None:
+    def _wake(self, s: Server) -> None:
         s.blocked = False
         self._kick(s)
 
-    def _sync_tick(self, s: _Sched) -> None:
+    def _sync_tick(self, s: Server) -> None:
         if self.unresolved <= 0:
             return
         if not s.sync_queued:  # one sync catches up everything: a tick while one waits or runs adds nothing
@@ -383,28 +306,17 @@ class PlanSim:
         self.loop.after(self.plan.sync.period_s, ARRIVAL, self._sync_tick, s)
 
     # ----------------------------------------------------------- scheduling
-    def _kick(self, s: _Sched) -> None:
+    def _kick(self, s: Server) -> None:
         if not s.busy:
             self._step(s)
 
-    def _busy(self, s: _Sched, cost: float, fn, *args) -> None:
-        if s.view is not None and s.costs.heartbeat_s > 0:
-            # heartbeat rounds that arrive while the scheduler works extend its work; idle time absorbs the others
-            now = self.loop.now
-            counted, end = 0, now + cost
-            if s.view.first_round_from(now) < end:  # mostly not: work lasts a fraction of the period
-                while True:
-                    n = s.view.rounds_during(now, end)
-                    if n == counted:
-                        break
-                    end += (n - counted) * s.costs.heartbeat_s
-                    counted = n
-            cost = end - now
+    def _busy(self, s: Server, cost: float, fn, *args) -> None:
+        cost = s.work_time(cost, self.loop.now)
         s.busy = True
         s.busy_s += cost
         self.loop.after(cost, DECIDE, fn, s, *args)
 
-    def _step(self, s: _Sched) -> None:
+    def _step(self, s: Server) -> None:
         if s.inbox:
             kind, payload = s.inbox.popleft()
             cost = s.costs.finish_s if kind == _FINISH else s.costs.sync_s
@@ -417,7 +329,7 @@ class PlanSim:
         else:
             self._attempt(s)
 
-    def _item_done(self, s: _Sched, kind: str, payload) -> None:
+    def _item_done(self, s: Server, kind: str, payload) -> None:
         s.busy = False
         if kind == _FINISH:
             task = payload
@@ -434,7 +346,7 @@ class PlanSim:
         self._step(s)
 
     # hybrid selector ------------------------------------------------------
-    def _select(self, s: _Sched) -> None:
+    def _select(self, s: Server) -> None:
         if self.outstanding >= self.total_slots:
             s.blocked = True
             return
@@ -450,7 +362,7 @@ class PlanSim:
         self._busy(s, s.costs.compute_s + self._recv_cost(s, task) + s.costs.send_s, self._forward_done, task,
                    self.loop.now)
 
-    def _forward_done(self, s: _Sched, task: Task, decided_at: float) -> None:
+    def _forward_done(self, s: Server, task: Task, decided_at: float) -> None:
         s.busy = False
         self.claimed.discard(task)
         if task.status == "pending":
@@ -467,22 +379,11 @@ class PlanSim:
     def _with_room(self) -> list[Node]:
         return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
 
-    def _view(self, s: _Sched) -> list:
-        kind = self.plan.load.kind
-        if kind is LoadKind.PROBE:
-            return self._with_room()
-        if kind is LoadKind.SAMPLE:
-            n = len(self.nodes)
-            d = min(self.plan.load.d, n)
-            picks = sorted(s.rng.choice(n, size=d, replace=False)) if d < n else range(n)
-            return [self.nodes[i] for i in picks if self.nodes[i].has_room]
-        return s.view.candidates(self.loop.now)
-
-    def _attempt(self, s: _Sched) -> None:
+    def _attempt(self, s: Server) -> None:
         s.attempts += 1
         now = self.loop.now
         cost = s.attempt_s
-        pick = s.core.pick(self._view(s), now)
+        pick = s.core.pick(s.candidates(self.plan, self.nodes, self._with_room, now), now)
         if pick is None:
             s.failed += 1
             s.blocked = True
@@ -499,11 +400,11 @@ class PlanSim:
         node = view.node if isinstance(view, ViewNode) else view
         self._busy(s, cost + self._recv_cost(s, task) + s.costs.send_s, self._dispatch_done, task, node, now)
 
-    def _attempt_failed(self, s: _Sched) -> None:
+    def _attempt_failed(self, s: Server) -> None:
         s.busy = False
         self._step(s)
 
-    def _dispatch_done(self, s: _Sched, task: Task, node: Node, decided_at: float) -> None:
+    def _dispatch_done(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         s.busy = False
         self.claimed.discard(task)
         if task.status == "pending":
@@ -518,7 +419,7 @@ class PlanSim:
                     self.where[task] = s
         self._step(s)
 
-    def _dispatch(self, s: _Sched, task: Task, node: Node, decided_at: float) -> None:
+    def _dispatch(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         now = self.loop.now
         sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now)
                   if self.record_cr and now >= self.cr_from else None)

@@ -1,0 +1,147 @@
+"""The simulator's schedulers: each a single-threaded server around the plan's own scheduler.
+
+A :class:`Server` wraps a :class:`~ray_adaptive.plan.Scheduler` (its queue,
+scoring and State: the runtime's) with what simulation adds: an inbox of
+finish notifications and syncs, the busy time its plan's
+:class:`~ray_adaptive.plan.RoleCosts` charge, a load view, and counters.
+:func:`build_servers` makes a plan's selector and k schedulers;
+:func:`assign_homes` says at which scheduler each task of a decentralized
+plan enters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role, RoleCosts, Scheduler, SyncKind
+from ray_adaptive.plan.queue import PendingQueue
+from ray_adaptive.plan.scoring import scoring_for
+from ray_adaptive.sim.heartbeats import CachedView, Heartbeats, LoadHistory
+from ray_adaptive.sim.model import Node, Task
+from ray_adaptive.sim.results import SchedulerStats
+
+__all__ = ["Server", "build_servers", "assign_homes"]
+
+
+class Server:
+    """One scheduler instance: the plan's scheduler (queue, scoring, State) as a simulated server."""
+
+    def __init__(self, name: str, role: Role, costs: RoleCosts, core: Scheduler, rng):
+        self.name, self.role, self.costs, self.core, self.rng = name, role, costs, core, rng
+        self.interp = core.interp
+        self.pending = core.queue
+        self.inbox: deque = deque()
+        self.busy = False
+        self.blocked = False
+        self.busy_s = 0.0
+        self.received = self.attempts = self.failed = self.bounces = self.decisions = 0
+        self.view: Optional[CachedView] = None  # a cached load view (None: probe or sample)
+        self.attempt_s = 0.0  # busy time of one decision attempt
+        self.wake_at = -math.inf
+        self.unpushed: dict = {}
+        self.sync_queued = False  # a periodic sync waits in the inbox or runs
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats(self.name, self.role, self.busy_s, self.received, self.attempts, self.failed,
+                              self.bounces, self.decisions)
+
+    def work_time(self, cost: float, now: float) -> float:
+        """How long work of ``cost`` seconds starting ``now`` keeps this server busy: heartbeat rounds that
+        arrive while it works extend it (idle time absorbs the others)."""
+        if self.view is None or self.costs.heartbeat_s <= 0:
+            return cost
+        counted, end = 0, now + cost
+        if self.view.first_round_from(now) < end:  # mostly not: work lasts a fraction of the period
+            while True:
+                n = self.view.rounds_during(now, end)
+                if n == counted:
+                    break
+                end += (n - counted) * self.costs.heartbeat_s
+                counted = n
+        return end - now
+
+    def candidates(self, plan: LoweredPlan, nodes: Sequence[Node], with_room: Callable[[], list], now: float) -> list:
+        """The nodes this server sees with room, per its plan's load view."""
+        kind = plan.load.kind
+        if kind is LoadKind.PROBE:
+            return with_room()
+        if kind is LoadKind.SAMPLE:
+            n = len(nodes)
+            d = min(plan.load.d, n)
+            picks = sorted(self.rng.choice(n, size=d, replace=False)) if d < n else range(n)
+            return [nodes[i] for i in picks if nodes[i].has_room]
+        return self.view.candidates(now)
+
+
+def _server(name: str, role: Role, costs: RoleCosts, program, key, scoring, rng, num_nodes: int,
+            fifo: bool = False) -> Server:
+    core = Scheduler(program, (), hooks=False, num_nodes=num_nodes, queue=PendingQueue(key, fifo=fifo), scoring=scoring)
+    return Server(name, role, costs, core, rng)
+
+
+def build_servers(plan: LoweredPlan, nodes: Sequence[Node], seed: int, key: Callable, scoring,
+                  task_key: Optional[Callable], resources: bool,
+                  history: LoadHistory) -> tuple[Optional[Server], list[Server]]:
+    """A plan's selector (None for decentralized) and its k schedulers, each with its costs, State and view.
+
+    ``key`` / ``scoring``: how the whole policy's Score groups and scores tasks (the centralized
+    and decentralized schedulers'); ``task_key``: the hybrid selector's groups.
+    """
+    n, arch = len(nodes), plan.architecture
+    seeds = itertools.count(1)
+
+    def rng():
+        return np.random.default_rng([seed, next(seeds)])
+
+    central: Optional[Server] = None
+    locals_: list[Server] = []
+    if arch is Architecture.CENTRALIZED:
+        central = _server("selector", Role.SELECTOR, plan.central, plan.policy, key, scoring, rng(), n)
+    elif arch is Architecture.HYBRID:  # the selector picks by the task part alone: no node, no resource fit
+        central = _server("selector", Role.SELECTOR, plan.central, plan.task_policy, task_key,
+                          scoring_for(plan.task_policy, plan.task_split, False, task_key), rng(), n)
+    if arch is not Architecture.CENTRALIZED:
+        program = plan.policy if arch is Architecture.DECENTRALIZED else plan.node_policy
+        local_scoring = scoring if arch is Architecture.DECENTRALIZED else scoring_for(
+            plan.node_policy, plan.node_split, resources)
+        shared = None
+        for i in range(plan.k(n)):
+            s = _server(f"s{i}", Role.SCHEDULERS, plan.local, program, key, local_scoring, rng(), n,
+                        fifo=arch is Architecture.HYBRID)
+            if plan.sync.kind is SyncKind.INSTANT:  # one store: every replica is the same State
+                if shared is None:
+                    shared = s.interp.state
+                s.interp.state = shared
+            locals_.append(s)
+    every = ([central] if central else []) + locals_
+    for s in every:  # the busy time of one decision attempt
+        s.attempt_s = s.costs.compute_s + s.costs.probe_s * plan.load.probes(n)
+    if plan.load.kind is LoadKind.CACHED:
+        heartbeats = Heartbeats(plan.load.period_s, seed)
+        viewers = [x for x in every if not (arch is Architecture.HYBRID and x.role is Role.SELECTOR)]
+        for i, s in enumerate(viewers):
+            s.view = CachedView(list(nodes), heartbeats, i, history)
+    return central, locals_
+
+
+def assign_homes(tasks: Sequence[Task], k: int) -> dict:
+    """Task -> the index of the decentralized scheduler it enters at: submitters take homes in order of
+    first appearance, modulo k; tasks without a submitter go round-robin."""
+    homes: dict[str, int] = {}
+    out = {}
+    rr = 0
+    for t in sorted(tasks, key=lambda x: (x.arrival, x.id)):
+        sub = t.spec.submitter
+        if sub:
+            if sub not in homes:
+                homes[sub] = len(homes) % k
+            out[t] = homes[sub]
+        else:
+            out[t] = rr % k
+            rr += 1
+    return out
