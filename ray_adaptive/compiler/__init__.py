@@ -32,6 +32,7 @@ from ray_adaptive.compiler.plans import Excluded, Plan, PlanSpace, enumerate_pla
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.select import select_plan
 from ray_adaptive.compiler.separability import Separability, score_split
+from ray_adaptive.compiler.table import estimate_table
 from ray_adaptive.compiler.units import Access, StateUpdate, StateVar, Unit
 
 __all__ = [
@@ -39,5 +40,5 @@ __all__ = [
     "enumerate_plans", "PlanSpace", "Plan", "Excluded",
     "Profile", "measure_units", "estimate_cost", "estimate_quality", "lower", "Estimate", "Step",
     "choose", "Choice", "Verdict",
-    "compile_policy", "Compilation", "workload_window", "select_plan", "score_split",
+    "compile_policy", "Compilation", "workload_window", "select_plan", "score_split", "estimate_table",
 ]

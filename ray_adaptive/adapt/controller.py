@@ -1,0 +1,183 @@
+"""The adaptive controller: keep the plan in force, or switch to another, and why.
+
+One implementation for the runtime (which measures the workload with its
+monitor) and the simulator (which measures its simulated workload): both
+call :meth:`Controller.evaluate` every ``every_s`` with a
+:class:`Measurement` of the last ``window_s``; a lookup in the
+:class:`~ray_adaptive.adapt.table.EstimateTable` gives every plan's
+estimates at that load and the compiler's choice there (the *candidate*).
+
+The rules (each setting of :class:`Settings`):
+
+* **Why switch.** The candidate must be better, by the table: the current
+  plan's quality breaks the policy's ``[limit]`` (the upper end of its
+  ratio's confidence interval is above it) and the candidate's does not
+  (``quality``); or the candidate's goodput beats the current's by
+  ``margin`` (``goodput``); or, with ``prefer_cheaper``, both carry the
+  load within the limit, their goodput is equal within ``margin``, and the
+  candidate costs ``margin`` less scheduler time per task (``cheaper``).
+* **Is it worth it.** A switch pauses decisions for ``switch_cost_s``
+  (updated with each measured pause) and builds new actors: its gain over
+  ``horizon_s`` -- the tasks it delivers more, or the scheduler time it
+  saves -- must exceed what the pause delays. A quality switch is always
+  worth it.
+* **Hysteresis.** The same candidate on ``consecutive`` evaluations in a
+  row, and no switch within ``dwell_s`` of the last one: a rate sitting on a
+  boundary does not flap.
+
+Example:
+    >>> from ray_adaptive.plan import Plan
+    >>> from ray_adaptive.adapt.table import EstimateTable, PlanEstimate
+    >>> c, h = Plan("centralized", "centralized"), Plan("hybrid", "hybrid")
+    >>> est = {"centralized": PlanEstimate(400, 1.0, 1.0, 2e-3), "hybrid": PlanEstimate(470, 1.0, 1.05, 3e-3)}
+    >>> table = EstimateTable("p", 1.2, 12, 510.0, (100.0, 450.0), (1.0,), (c, h),
+    ...                       {(0, 0): est, (1, 0): est}, {(0, 0): "centralized", (1, 0): "hybrid"})
+    >>> ctl = Controller(table, Settings(consecutive=2, dwell_s=0.0), "centralized")
+    >>> [ctl.evaluate(Measurement(t, 450.0)).switch_to for t in (1.0, 2.0)]
+    [None, 'hybrid']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ray_adaptive.adapt.table import EstimateTable, PlanEstimate
+
+__all__ = ["Settings", "Measurement", "Verdict", "Controller"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The controller's rules (see the module doc), validated when made.
+
+    Example:
+        >>> Settings(margin=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: margin must be a number >= 0 (0.1 is 10%), got -1
+    """
+
+    every_s: float = 2.0  # re-evaluate this often
+    window_s: float = 5.0  # measure over this much of the recent past
+    margin: float = 0.1  # a goodput (or cost) advantage smaller than this is no reason to switch
+    consecutive: int = 3  # evaluations in a row that must agree on the candidate
+    dwell_s: float = 10.0  # no switch within this long of the last
+    switch_cost_s: float = 0.25  # a switch's pause (until one is measured)
+    horizon_s: Optional[float] = None  # a switch's gain is counted over this long (default: dwell_s, at least 10 s)
+    prefer_cheaper: bool = True  # switch to a plan that costs less to run when goodput is the same
+
+    def __post_init__(self):
+        for name in ("every_s", "window_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a number of seconds > 0, got {v!r}")
+        for name in ("margin", "dwell_s", "switch_cost_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+                hint = " (0.1 is 10%)" if name == "margin" else ""
+                raise ValueError(f"{name} must be a number >= 0{hint}, got {v!r}")
+        if isinstance(self.consecutive, bool) or not isinstance(self.consecutive, int) or self.consecutive < 1:
+            raise ValueError(f"consecutive must be an int >= 1, got {self.consecutive!r}")
+        if self.horizon_s is not None and not (self.horizon_s > 0 and math.isfinite(self.horizon_s)):
+            raise ValueError(f"horizon_s must be a number of seconds > 0 or None, got {self.horizon_s!r}")
+
+    @property
+    def horizon(self) -> float:
+        return self.horizon_s if self.horizon_s is not None else max(self.dwell_s, 10.0)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The workload over the last window, as the monitor (or the simulator) saw it."""
+
+    time: float  # when it was taken (seconds, the clock the controller is given)
+    rate: float  # tasks/s offered
+    burstiness: float = 1.0  # squared coefficient of variation of inter-arrival gaps
+    duration_s: Optional[float] = None  # mean task duration
+    decision_p99_s: Optional[float] = None  # the schedulers' latency
+    message_p50_s: Optional[float] = None  # a round trip between the runtime's processes
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An evaluation's outcome: ``switch_to`` a plan (None: keep), the reason, and the estimates behind it."""
+
+    time: float
+    current: str
+    switch_to: Optional[str]
+    reason: str
+    candidate: Optional[str] = None
+    estimates: dict = field(default_factory=dict)  # plan name -> its estimates and goodput at the measured load
+
+
+class Controller:
+    """Evaluates measurements against an estimate table (see the module doc). Not thread-safe: one caller."""
+
+    def __init__(self, table: EstimateTable, settings: Settings, current: str, now: float = -math.inf):
+        table.plan(current)  # (a KeyError naming the plans if it is not in the table)
+        self.table = table
+        self.settings = settings
+        self.current = current
+        self._switched_at = now
+        self._streak: tuple[Optional[str], int] = (None, 0)
+        self.switch_cost_s = settings.switch_cost_s
+
+    def use(self, table: EstimateTable) -> None:
+        """Evaluate against a refreshed table from now on."""
+        table.plan(self.current)
+        self.table = table
+
+    def switched(self, to: str, now: float, pause_s: Optional[float] = None) -> None:
+        """A switch happened (decided here, or forced): dwell from now; a measured pause updates the cost."""
+        self.current, self._switched_at, self._streak = to, now, (None, 0)
+        if pause_s is not None and pause_s >= 0:
+            self.switch_cost_s = 0.5 * self.switch_cost_s + 0.5 * pause_s
+
+    def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[str]:
+        s, t = self.settings, self.table
+        rate, cap, limit = m.rate, t.capacity, t.limit
+        gain = cand.goodput(rate, cap) - cur.goodput(rate, cap)
+        pause = rate * self.switch_cost_s  # tasks the pause delays
+        if not cur.within(limit) and cand.within(limit):
+            return f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it"
+        if not cand.within(limit):
+            return None
+        if gain > s.margin * max(cur.goodput(rate, cap), 1e-9) and gain * s.horizon > pause:
+            return (f"goodput: {cand.goodput(rate, cap):.0f} vs {cur.goodput(rate, cap):.0f} tasks/s at "
+                    f"{rate:.0f} tasks/s offered")
+        saved = (cur.latency_s - cand.latency_s) * rate * s.horizon  # scheduler seconds over the horizon
+        if (s.prefer_cheaper and abs(gain) <= s.margin * max(cur.goodput(rate, cap), 1e-9)
+                and cand.latency_s < (1 - s.margin) * cur.latency_s and saved > self.switch_cost_s):
+            return (f"cheaper: {cand.latency_s * 1e3:.2f} vs {cur.latency_s * 1e3:.2f} ms of scheduler time "
+                    f"per task at the same goodput")
+        return None
+
+    def evaluate(self, m: Measurement) -> Verdict:
+        """Keep the plan in force, or switch (see the module doc)."""
+        s = self.settings
+        row, choice = self.table.at(m.rate, m.burstiness)
+        cap = self.table.capacity
+        estimates = {name: {**e.as_dict(), "goodput": round(e.goodput(m.rate, cap), 1)} for name, e in row.items()}
+        keep = dict(time=m.time, current=self.current, switch_to=None, candidate=choice, estimates=estimates)
+        if choice == self.current:
+            self._streak = (None, 0)
+            return Verdict(reason=f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force", **keep)
+        why = self._why(m, row[self.current], row[choice])
+        if why is None:
+            self._streak = (None, 0)
+            return Verdict(reason=f"{choice} is the compiler's choice at {m.rate:.0f} tasks/s but not better enough "
+                                  f"than {self.current} to switch", **keep)
+        name, count = self._streak
+        count = count + 1 if name == choice else 1
+        self._streak = (choice, count)
+        if m.time - self._switched_at < s.dwell_s:
+            return Verdict(reason=f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the "
+                                  f"last switch)", **keep)
+        if count < s.consecutive:
+            return Verdict(reason=f"{why}; {count} of {s.consecutive} evaluations agree", **keep)
+        return Verdict(m.time, self.current, choice, why, choice, estimates)
