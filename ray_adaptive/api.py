@@ -24,10 +24,12 @@ backlog for the policy to order.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
 
 from ray_adaptive.dsl import load_policy
@@ -41,6 +43,7 @@ _PLACEMENT_OPTIONS = ("scheduling_strategy", "placement_group", "placement_group
 
 _lock = threading.Lock()
 _runtimes: Dict[str, "PolicyRuntime"] = {}
+log = logging.getLogger("ray_adaptive")
 
 
 @dataclass
@@ -48,14 +51,23 @@ class PolicyRuntime:
     """A policy running on the connected cluster (see :func:`start`), as this process sees it.
 
     ``binding`` is None in a process that joined a runtime another one started.
+    ``plan`` / ``why``: the plan in force (a :class:`~ray_adaptive.plan.Plan`) and why it was
+    chosen; ``history``: every live switch this process made (see :meth:`switch`).
     """
 
     policy: Policy
     plan: Any  # the compiler's Plan
     why: str
     router: Any
-    topology: Any
     binding: Any = None
+    history: list = field(default_factory=list)
+    _switching: Any = field(default_factory=threading.Lock, repr=False)
+    _owned: Any = field(default=None, repr=False)  # the topology this process built last (it owns its actors)
+
+    @property
+    def topology(self):
+        """The plan in force's actors, as this process's router follows them."""
+        return self.router.topology
 
     @property
     def name(self) -> str:
@@ -84,12 +96,56 @@ class PolicyRuntime:
         """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
         return {"plan": self.plan.name, "caller": self.router.export(), **self.topology.export()}
 
+    def switch(self, plan: Any, reason: str = "forced", *, estimates: Optional[dict] = None,
+               _on_phase=None) -> dict:
+        """Replace the plan in force by ``plan`` (anything :func:`start` takes as a plan) live: no task
+        lost, none run twice; running tasks finish under the new plan. Only the process that started
+        the runtime switches. Returns the entry appended to :attr:`history`.
+
+        Example::
+
+            rt = ra.start("drf_lb", plan="centralized")
+            ...
+            rt.switch("hybrid")
+        """
+        from ray_adaptive.compiler import analyze, lower, select_plan
+        from ray_adaptive.runtime.switch import switch
+
+        if self.binding is None:
+            raise RuntimeError(f"only the process that started policy {self.name!r} can switch its plan")
+        with self._switching:
+            old = self.topology
+            n = old.nodes
+            chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0]["executors"],
+                                      queue=n[0]["queue"])
+            if chosen.name == self.plan.name:
+                raise ValueError(f"plan {chosen.name!r} is already in force")
+            start = time.time()
+            new, what = switch(old, lower(chosen, analyze(self.policy)), on_phase=_on_phase)
+            self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
+            self.router.wait_generation(new.generation)
+            entry = {"time": start, "generation": new.generation, "from": self.plan.name, "to": chosen.name,
+                     "reason": reason, "estimates": estimates or {}, "freeze_s": what["freeze_s"],
+                     "exact": what["exact"], "unacked": what["unacked"]}
+            log.info("ray-adaptive: policy %r switched from %s to %s in %.3f s: %s", self.name, self.plan.name,
+                     chosen.name, what["freeze_s"], reason)
+            self.plan, self.why = chosen, f"switched ({reason}): {why}"
+            self.history.append(entry)
+            return entry
+
+    def pauses(self) -> Dict[int, float]:
+        """Generation -> the pause this process's callers saw at that switch: its last decision under
+        the old plan to its first under the new one (seconds; only switches while tasks waited)."""
+        return {g: p for g, p in self.router.pauses}
+
     def shutdown(self, timeout: float = 60.0) -> None:
         """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
         process also removes the actors and the slots."""
         self.router.close(timeout)
         if self.binding is not None:
-            self.topology.close()
+            if self._owned is not None and self._owned.generation != self.router.topology.generation:
+                self._owned.retire()  # (a switch this router never took up: its actors go too)
+            self.router.topology.close()
             self.binding.close()
 
 
@@ -139,6 +195,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
     from ray_adaptive.compiler import analyze, lower, select_plan
     from ray_adaptive.plan import NodeState
     from ray_adaptive.runtime.binding import SlotBinding
+    from ray_adaptive.runtime.messages import new_client_id
     from ray_adaptive.runtime.topology import build
 
     p = policy if isinstance(policy, Policy) else load_policy(policy)
@@ -168,7 +225,9 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         try:
             slots = {node: slot.resource for node, slot in binding.slots.items()}
             topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id())
-            rt = _runtime(p, chosen, why, topology, group_by, metrics_every_s, binding)
+            client = new_client_id()
+            ray.get(topology.store.join.remote(client))
+            rt = _runtime(p, chosen, why, topology, client, group_by, metrics_every_s, binding)
         except BaseException:
             if topology is not None:
                 topology.close()
@@ -187,7 +246,8 @@ def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:
     return group_by
 
 
-def _runtime(p: Policy, plan, why: str, topology, group_by, metrics_every_s, binding=None) -> PolicyRuntime:
+def _runtime(p: Policy, plan, why: str, topology, client: str, group_by, metrics_every_s,
+             binding=None) -> PolicyRuntime:
     """This process's side of a running topology: a router with this process's decider."""
     from ray_adaptive.monitor import Monitor
     from ray_adaptive.runtime.router import Router
@@ -202,9 +262,9 @@ def _runtime(p: Policy, plan, why: str, topology, group_by, metrics_every_s, bin
 
     # a caller waiting for room wakes after this many finishes: before a node's queue can run dry
     wake_after = max(1, min(n["queue"] for n in topology.nodes) // 2)
-    router = Router(p, topology.decider(), alive_nodes=_alive_node_ids, on_dead=on_dead,
+    router = Router(p, topology, client=client, alive_nodes=_alive_node_ids, on_dead=on_dead,
                     monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s, wake_after=wake_after)
-    return PolicyRuntime(p, plan, why, router, topology, binding)
+    return PolicyRuntime(p, plan, why, router, binding)
 
 
 def runtime_of(name: str) -> PolicyRuntime:
@@ -224,15 +284,17 @@ def _join(name: str) -> Optional[PolicyRuntime]:
     """Holds _lock."""
     import ray
 
+    from ray_adaptive.runtime.messages import new_client_id
     from ray_adaptive.runtime.topology import join
 
     if not ray.is_initialized():
         return None
-    topology = join(name)
+    client = new_client_id()
+    topology = join(name, client)
     if topology is None:
         return None
     p = topology.plan.policy
-    rt = _runtime(p, topology.plan, "joined", topology, _group_by(p, None), None)
+    rt = _runtime(p, topology.plan.plan, "joined", topology, client, _group_by(p, None), None)
     _runtimes[name] = rt
     return rt
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import statistics
 import threading
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional
@@ -95,6 +96,7 @@ class Monitor:
         self.group_by = group_by
         self._done: Deque[TaskRecord] = deque(maxlen=keep)
         self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
+        self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
         self._lock = threading.Lock()
         self._metrics = None
 
@@ -103,12 +105,25 @@ class Monitor:
         group = str(fields.get(self.group_by, "")) if self.group_by else ""
         with self._lock:
             self._arrivals.append((t, group))
+            self._counts["arrivals"] += 1
 
     def finished(self, record: TaskRecord) -> None:
         with self._lock:
             self._done.append(record)
+            self._counts["finished"] += 1
+            self._counts["duration_s"] += max(record.finished_at - record.dispatched_at, 0.0)
 
     # -- read ------------------------------------------------------------------
+    def load(self, burst_window: int = 2000) -> dict:
+        """This process's load as cumulative counters (arrivals, finished tasks and the sum of their
+        durations, since the monitor began), at wall-clock ``t``, and the burstiness of the last
+        ``burst_window`` arrivals: what the runtime reports to its store every second, so that a
+        reader of two reports gets rates over any window, summed over processes."""
+        with self._lock:
+            counts = dict(self._counts)
+            recent = [t for t, _ in list(self._arrivals)[-burst_window:]]
+        return {"t": time.time(), **counts, "burstiness": _burstiness(recent)}
+
     def records(self) -> List[TaskRecord]:
         with self._lock:
             return list(self._done)

@@ -96,7 +96,6 @@ class TaskState:
     fields: dict
     origin: str = ""  # the submitting process's client id: where the decision goes back to
     node: Optional[str] = None  # the node decided (None from a decision: dropped at its deadline)
-    hop: int = -1  # the hybrid: the placement scheduler it was forwarded to
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
 
     def export(self) -> dict:
@@ -133,10 +132,13 @@ class Scheduler:
             self.interp.run_hook(name, task, node, now)
 
     # ---------------------------------------------------------------- queue
-    def add(self, task: TaskState, now: float) -> None:
-        """A task joins the pending queue (ordered by arrival then id; or in order received, ``fifo``)."""
+    def add(self, task: TaskState, now: float, arrived: bool = False) -> None:
+        """A task joins the pending queue (ordered by arrival then id; or in order received, ``fifo``).
+        OnArrival runs unless ``arrived``: its effect is in this State already (a task handed over
+        from the plan a live switch replaced, with that plan's State)."""
         self.queue.add(task)
-        self._hook("OnArrival", task, None, now)
+        if not arrived:
+            self._hook("OnArrival", task, None, now)
 
     @property
     def pending(self) -> int:

@@ -3,7 +3,9 @@
 Like Ray Serve's caller-side router, a :class:`LocalDecider` decides in the
 process that submits the task, on a replica of State synced through the
 state store (:class:`~ray_adaptive.runtime.store.StoreClient`), so no actor
-sits in the launch path.
+sits in the launch path. In a live switch it freezes (its last changes
+pushed, its queue handed to the router) and a decider of the next plan
+resumes with what it held (see :mod:`ray_adaptive.runtime.switch`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from typing import Callable, List, Sequence
 
 from ray_adaptive.plan import RoleSpec, TaskState
-from ray_adaptive.runtime.messages import new_client_id
+from ray_adaptive.runtime.messages import Handover
 from ray_adaptive.runtime.store import StoreClient, ping
 
 __all__ = ["LocalDecider"]
@@ -25,14 +27,16 @@ class LocalDecider:
     thread_safe = False  # the router calls it under its lock
     SYNC_FLOOR_S = 0.01
 
-    def __init__(self, spec: RoleSpec, nodes: Sequence[dict], store, t0: float):
-        self.client = new_client_id()
+    def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[dict], store, t0: float, generation: int = 0):
+        self.client = client
         self._t0 = t0
+        self._store = store
         self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF)
         # a store round trip per decision batch ("probe", "store per decision") would put an actor
         # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
-        self._m = StoreClient(f"caller-{self.client}", spec, self.sched, store, floor_s=self.SYNC_FLOOR_S)
+        self._m = StoreClient(client, spec, self.sched, store, floor_s=self.SYNC_FLOOR_S, generation=generation)
         self._dirty = False  # finishes the store has not heard of
+        self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None  # (decisions come from calls)
 
     def now(self) -> float:
         return time.time() - self._t0
@@ -70,6 +74,28 @@ class LocalDecider:
         self._refresh()
         return self.sched.decide(self.now()) if self.sched.pending else []
 
+    # -- live switches --------------------------------------------------------
+    def freeze(self) -> Handover:
+        """Stop deciding: push this replica's last changes (the switch takes the merged State next) and
+        hand the undecided tasks over -- their OnArrival is in that State."""
+        pending = self.sched.cancel_pending()
+        self._m.flush()
+        return Handover(arrived=pending)
+
+    def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
+               rebuild: bool) -> List[TaskState]:
+        """Take over what the replaced plan's decider held: the State handed over comes from the store
+        (``rebuild``: there was none -- OnDispatch / OnArrival rebuild this process's share)."""
+        self._m.refresh(want=True, wait=True)  # the State published with this plan, and the others' loads
+        now = self.now()
+        self.sched.adopt(running, dispatch_hooks=rebuild, now=now)
+        for t in arrived:
+            self.sched.add(t, now, arrived=not rebuild)
+        for t in new:
+            self.sched.add(t, now)
+        self._dirty = True
+        return self.decide()
+
     def mark_dead(self, node_id: str) -> None:
         n = self.sched.by_id.get(node_id)
         if n is not None:
@@ -84,7 +110,7 @@ class LocalDecider:
     def ping(self, record: Callable[[float], None]) -> None:
         """Time an empty call to the actor this process's scheduler talks to (the store); see
         :func:`~ray_adaptive.runtime.store.ping`."""
-        ping(self._m.store, record)
+        ping(self._store, record)
 
     def store_latencies(self) -> List[float]:
         """Round trips of this process's recent syncs with the state store (seconds)."""
@@ -98,9 +124,4 @@ class LocalDecider:
         return self.sched.export()
 
     def close(self) -> None:
-        import ray
-
-        try:
-            ray.get(self._m.store.leave.remote(self._m.member), timeout=5)
-        except Exception:
-            pass
+        """Nothing to stop: this decider has no thread (the router leaves the store)."""

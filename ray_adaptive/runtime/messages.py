@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from ray_adaptive.plan.scheduler import TaskState
 
-__all__ = ["Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "SyncAnswer", "new_client_id"]
+__all__ = ["Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "Handover", "SyncAnswer", "new_client_id"]
 
 def new_client_id() -> str:
     """The id a submitting process's messages carry: unique in the cluster (its pid, readable in logs, and a
@@ -71,6 +71,9 @@ class Handback:
     A lease coming back carries the holder's ``state`` and the incarnation
     that granted it (``granted_by``); after a restart, a client's tasks come
     back as a ``rebuild``: their OnDispatch rebuilds their share of State.
+    After a live switch the running tasks come without hooks (their
+    OnDispatch is in the State handed over), and the tasks sent with it
+    whose ids are in ``arrived`` had their OnArrival there too.
     """
 
     running: List[TaskState]
@@ -78,6 +81,16 @@ class Handback:
     state: Optional[dict] = None
     granted_by: Optional[str] = None
     rebuild: bool = False
+    arrived: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Handover:
+    """What a process's decider held when it froze for a live switch: its undecided tasks, those whose
+    OnArrival is in the plan's State (``arrived``) and those it never passed on (``new``)."""
+
+    arrived: List[TaskState] = field(default_factory=list)
+    new: List[TaskState] = field(default_factory=list)
 
 
 @dataclass
@@ -87,3 +100,4 @@ class SyncAnswer:
     state: dict
     others: Dict[str, int]
     incarnation: str
+    generation: int = 0  # of the plan in force at the store: a replica of another one takes nothing of it

@@ -34,11 +34,12 @@ class Placement:
     whose placements keep a replica of it.
     """
 
-    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float):
+    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float, generation: int = 0):
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self._t0 = t0
+        self._generation = generation
         self._args = (index, spec, nodes, store)
         self.reset()
 
@@ -47,7 +48,8 @@ class Placement:
         index, spec, nodes, store = self._args
         self._spec = spec
         self._s = spec.scheduler(nodes, seed=index)
-        self._m = StoreClient(f"placement-{index}", spec, self._s, store) if spec.merge else None
+        self._m = (StoreClient(f"placement-{index}", spec, self._s, store, generation=self._generation)
+                   if spec.merge else None)
         self._next_loads = 0.0  # (cached view) when the next count of loads is taken
 
     def where(self) -> str:
@@ -72,6 +74,11 @@ class Placement:
         if self._m is not None and (decided or finished):
             self._m.report()
         return [(t.id, t.node) for t in decided]
+
+    def freeze(self) -> None:
+        """A live switch: push this replica's last changes (the switch takes the merged State next)."""
+        if self._m is not None:
+            self._m.flush()
 
     def mark_dead(self, node_id: str) -> None:
         n = self._s.by_id.get(node_id)
@@ -111,6 +118,8 @@ class Forwarder:
         self.live = set(range(len(self._placements)))  # placement schedulers not lost
         self._forwarded: Dict[str, TaskState] = {}  # forwarded, not placed yet (sent again if its placement dies)
         self._closed = False
+        self._frozen = False  # a live switch: no new forwarding round
+        self.in_flight = False  # a round's placements have not all answered yet
 
     def start(self, restarted: bool) -> None:
         """Start forwarding; a restarted selector first empties its placements, which held tasks
@@ -123,6 +132,14 @@ class Forwarder:
 
     def close(self) -> None:
         self._closed = True
+
+    def freeze(self) -> None:
+        """No new forwarding round (a live switch); the selector waits for ``in_flight`` to clear."""
+        self._frozen = True
+
+    def unplaced(self) -> List[str]:
+        """Tasks forwarded and not placed (held by a placement scheduler, or on their way)."""
+        return list(self._forwarded)
 
     def forward(self, t: TaskState) -> None:
         """Send a task the selector decided to the placement scheduler whose batch is open."""
@@ -181,8 +198,10 @@ class Forwarder:
         held = [0] * len(self._placements)  # tasks a placement scheduler holds (no room in its view)
         while not self._closed:
             with self._cond:
-                if not any(self._out) and not any(self._fin) and not any(held):
+                if self._frozen or (not any(self._out) and not any(self._fin) and not any(held)):
                     self._cond.wait(0.005)
+                    if self._frozen:
+                        continue
                 loads = dict(self.loads)  # as of the finishes these batches carry
                 batches = [(i, self._out[i], self._fin[i]) for i in self.live
                            if self._out[i] or self._fin[i] or held[i]]
@@ -191,6 +210,7 @@ class Forwarder:
                 for i, _, _ in batches:
                     held[i] += len(self._out[i])
                     self._out[i], self._fin[i] = [], []
+                self.in_flight = bool(batches)
             if not batches:
                 continue
             refs = [self._placements[i].place.remote(out, fin, loads) for i, out, fin in batches]
@@ -217,6 +237,7 @@ class Forwarder:
                         freed |= not self._deliver(self._origin.pop(tid), tid, node, now)
                 if freed:  # a gone client's decisions made room
                     self._decide(now)
+                self.in_flight = False
                 self._cond.notify_all()
             if not any(self._out) and any(held):
                 time.sleep(0.001)  # held tasks wait for finishes or a heartbeat: do not spin

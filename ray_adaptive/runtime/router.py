@@ -28,12 +28,14 @@ import time
 from collections import deque
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.errors import PlacementDeadlineExceeded
 from ray_adaptive.monitor import Monitor, TaskRecord
 from ray_adaptive.plan.scheduler import TaskState
+from ray_adaptive.runtime.messages import Handover, new_client_id
+from ray_adaptive.runtime.switch import PlanWatcher
 
 
 @dataclass
@@ -76,6 +78,7 @@ class Router:
     """This process's submissions of one policy (see the module doc)."""
 
     NODE_CHECK_S = 1.0  # how often the dispatcher thread looks for dead nodes (and, with a monitor, pings its actor)
+    REPORT_S = 1.0  # how often this process reports its load to the store (see Monitor.load)
     TICK_S = 0.005  # the dispatcher's period: heartbeats of a waiting decider, deadlines
     FRESH_S = 0.005  # a decision sees every completion older than this: older views are harvested first
     # the dispatcher harvests what nobody harvested for this long. A caller waiting for room harvests
@@ -84,11 +87,17 @@ class Router:
     STALE_S = 0.01
     IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
 
-    def __init__(self, policy: Policy, decider, *, alive_nodes: Optional[Callable[[], set]] = None,
+    def __init__(self, policy: Policy, topology, *, client: Optional[str] = None,
+                 alive_nodes: Optional[Callable[[], set]] = None,
                  on_dead: Optional[Callable[[str], None]] = None, monitor: Optional[Monitor] = None,
-                 metrics_every_s: Optional[float] = None, wake_after: int = 1):
+                 metrics_every_s: Optional[float] = None, wake_after: int = 1, watch: bool = True):
+        """``topology``: the plan in force (its generation); ``client``: this process's id at its store
+        (registered by whoever joined it). ``watch``: follow live switches (see
+        :class:`~ray_adaptive.runtime.switch.PlanWatcher`)."""
         self.policy = policy
-        self.decider = decider
+        self.client = client or new_client_id()
+        self.topology = topology
+        self.decider = topology.decider(self.client)
         self.stats = RouterStats()
         self.monitor = monitor
         self._alive_nodes = alive_nodes
@@ -97,6 +106,7 @@ class Router:
         self.wake_after = wake_after
         self._next_metrics = time.monotonic() + (metrics_every_s or 0.0)
         self._next_node_check = time.monotonic() + self.NODE_CHECK_S
+        self._next_report = time.monotonic()
         self._dead: set = set()
         self._tasks: Dict[str, _Task] = {}  # submitted, not finished
         self._launched: Dict[Any, _Task] = {}  # ObjectRef -> its task, in launch order, until harvested
@@ -110,9 +120,18 @@ class Router:
         self._message_s: deque = deque(maxlen=10_000)  # round trips of the pings to the decider's actor
         self._closed = False
         self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
-        decider.on_decided = self._launch
+        # a live switch: while frozen, submissions and finishes wait here for the next plan's decider
+        self._frozen = False
+        self._held: List[TaskState] = []  # submitted while frozen
+        self._held_finished: List[TaskState] = []  # finished while frozen
+        self._handover: Optional[Handover] = None
+        self._last_launch = 0.0  # (monotonic) the last decision launched: a switch's pause starts there
+        self._pause_from: Optional[float] = None
+        self.pauses: deque = deque(maxlen=1000)  # (generation, seconds without a decision) per switch
+        self.decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
         self._thread.start()
+        self.watcher = PlanWatcher(self) if watch else None
 
     def now(self) -> float:
         return self.decider.now()
@@ -161,7 +180,7 @@ class Router:
                 raise RuntimeError(f"the dispatcher of policy {self.policy.name!r} failed ({self._failed!r}); "
                                    f"restart the policy") from self._failed
             now = self.now()
-            state = TaskState(f"{self.decider.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
+            state = TaskState(f"{self.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
             task = _Task(state, launch, future)
             self._tasks[state.id] = task
             if task.deadline < math.inf:
@@ -169,7 +188,11 @@ class Router:
             self.stats.submitted += 1
             if self.monitor is not None:
                 self.monitor.arrived(state.arrival, fields)
-            chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
+            if self._frozen:  # a live switch: the next plan's decider takes it
+                self._held.append(state)
+                chosen = []
+            else:
+                chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
             self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
         self._launch(chosen)
         return task
@@ -206,6 +229,10 @@ class Router:
             with self._cond:
                 task.launched, task.ref = True, ref
                 self.stats.dispatched += 1
+                self._last_launch = time.monotonic()
+                if self._pause_from is not None:  # the first decision after a switch
+                    self.pauses.append((self.topology.generation, self._last_launch - self._pause_from))
+                    self._pause_from = None
                 self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
                 self._launched[ref] = task
                 if self._waiters:
@@ -216,8 +243,69 @@ class Router:
             self._tell(gone)
             placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
             with self._cond:  # their room goes back, as a finish would give it
-                chosen = self.decider.finished(placed) if placed else []
+                chosen = self._finished(placed)
             self._launch(chosen)
+
+    def _finished(self, ids: List[str], tasks: Sequence[_Task] = ()) -> List[TaskState]:
+        """Tell the decider these tasks left their nodes (holds the lock); frozen, keep them for the next."""
+        if not ids:
+            return []
+        if self._frozen:
+            known = {t.state.id: t.state for t in tasks}
+            self._held_finished += [known.get(i) or TaskState(i, 0.0, {}) for i in ids]
+            return []
+        return self.decider.finished(ids)
+
+    # ---------------------------------------------------------- live switches
+    def freeze(self) -> dict:
+        """Stop deciding for a live switch: the decider hands over what it holds (see
+        :mod:`ray_adaptive.runtime.switch`); submissions and finishes wait here meanwhile."""
+        with self._cond:
+            self._frozen = True
+            self._pause_from = self._last_launch or time.monotonic()
+            decider = self.decider
+        if decider.thread_safe:  # (its thread may be launching: it takes this router's lock)
+            handover = decider.freeze()
+        else:
+            with self._cond:
+                handover = decider.freeze()
+        with self._cond:
+            self._handover = handover
+            running = sum(1 for t in self._tasks.values() if t.state.node is not None and t.error is None)
+            return {"pending": len(handover.arrived) + len(handover.new) + len(self._held), "running": running}
+
+    def resume(self, topology) -> None:
+        """Take up the plan a live switch put in force: a decider of it gets this process's running tasks,
+        its undecided ones and the finishes held meanwhile."""
+        new = topology.decider(self.client)
+        new.on_decided = self._launch
+        with self._cond:
+            handover, self._handover = self._handover or Handover(), None
+            live = [t for t in self._tasks.values() if t.error is None]
+            running = [t.state for t in live if t.state.node is not None] + self._held_finished
+            mine = {t.state.id for t in live if t.state.node is None}
+            arrived = [t for t in handover.arrived if t.id in mine]
+            new_tasks = [t for t in (*handover.new, *self._held) if t.id in mine]
+            finished = [t.id for t in self._held_finished]
+            old, self.decider, self.topology = self.decider, new, topology
+            self._held, self._held_finished, self._expired = [], [], 0
+            if not (arrived or new_tasks):
+                self._pause_from = None  # nothing waited: no pause to measure
+            chosen = new.resume(running, arrived, new_tasks, topology.rebuild)
+            chosen += new.finished(finished) if finished else []
+            for n in self._dead:
+                new.mark_dead(n)
+            self._frozen = False
+            self._cond.notify_all()
+        self._launch(chosen)
+        old.close(switching=True) if old.thread_safe else old.close()
+
+    def wait_generation(self, generation: int, timeout_s: float = 60.0) -> None:
+        """Block until this router has taken up ``generation`` of the plan (a live switch it follows)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.topology.generation >= generation or self._closed, timeout_s):
+                raise RuntimeError(f"policy {self.policy.name!r}: generation {generation} not taken up in "
+                                   f"{timeout_s:g} s")
 
     def _drop(self, task: _Task, when: str) -> None:
         """Settle a task that missed its deadline (holds the lock)."""
@@ -289,7 +377,7 @@ class Router:
                 if self.monitor is not None:
                     self.monitor.finished(TaskRecord(task.state.id, task.state.arrival, task.dispatched_at, now,
                                                      task.node, task.state.fields))
-            chosen = self.decider.finished([t.state.id for t in finished]) if finished else []
+            chosen = self._finished([t.state.id for t in finished], finished)
         self._launch(chosen)
         return bool(finished)
 
@@ -321,7 +409,8 @@ class Router:
         for n in dead:
             self._dead.add(n)
             with self._cond:
-                self.decider.mark_dead(n)
+                if not self._frozen:  # (frozen: the next plan's decider learns of it when it takes over)
+                    self.decider.mark_dead(n)
             if self._on_dead is not None:
                 self._on_dead(n)
         return dead
@@ -366,17 +455,23 @@ class Router:
                     if not self._closed:
                         self._cond.wait(self.TICK_S if self.decider.pending else self.IDLE_S)
             with self._cond:
-                chosen = self.decider.tick() if not self._closed else []
+                chosen = self.decider.tick() if not (self._closed or self._frozen) else []
             self._launch(chosen)
             self._expire()
             if time.monotonic() >= self._next_node_check:
                 self._next_node_check = time.monotonic() + self.NODE_CHECK_S
                 self.check_nodes()
-                if self.monitor is not None:
+                if self.monitor is not None and not self._frozen:
                     self._ping()
+            if self.monitor is not None and time.monotonic() >= self._next_report:
+                self._next_report = time.monotonic() + self.REPORT_S
+                self.topology.store.report.remote(self.client, self.monitor.load())  # (fire and forget)
             if self._metrics_every and self.monitor is not None and time.monotonic() >= self._next_metrics:
                 self._next_metrics = time.monotonic() + self._metrics_every
-                self.monitor.export(self)
+                try:
+                    self.monitor.export(self)
+                except Exception:  # figures are best effort: an actor replaced by a switch answers no more
+                    logging.getLogger(__name__).debug("metrics export failed", exc_info=True)
             with self._cond:
                 if self._closed and not any(self._per_node.values()):
                     return
@@ -386,7 +481,7 @@ class Router:
     def pending(self) -> int:
         """Tasks waiting for a decision (not those dropped at their deadline the scheduler still holds)."""
         with self._cond:
-            return max(0, self.decider.pending - self._expired)
+            return max(0, self.decider.pending - self._expired) + len(self._held)
 
     def decision_latencies(self) -> List[float]:
         """Recent decision latencies (seconds) of the scheduler that decides for this process."""
@@ -409,6 +504,8 @@ class Router:
         """Stop dispatching, cancel what is still undecided (its Future is cancelled, its
         ``.remote()`` raises CancelledError), and wait up to ``timeout`` seconds for dispatched
         tasks to finish. Returns how many were cancelled."""
+        if self.watcher is not None:
+            self.watcher.stop()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -430,4 +527,8 @@ class Router:
                 freed.update(ids)
                 self.decider.finished(ids)
         self.decider.close()
+        try:
+            self.topology.store.leave.remote(self.client)
+        except Exception:
+            pass  # the store is gone (its runtime shut down)
         return len(left)

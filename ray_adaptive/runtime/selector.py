@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.plan import RoleSpec, TaskState
 from ray_adaptive.plan.replicas import copy_state
-from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Lease, Recall, Reply, new_client_id
+from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Handover, Lease, Recall, Reply
 from ray_adaptive.runtime.placement import Forwarder
 from ray_adaptive.runtime.store import ping
 
@@ -79,13 +79,19 @@ class Selector:
     A task already pending or running here is not added twice. A hybrid's
     restarted selector first empties its placement schedulers, which held
     tasks for the old one.
+
+    **Live switches.** A selector of a plan switched to starts without a
+    State (``awaiting_state``) and answers no exchange until the switch
+    :meth:`install` puts in the one handed over; one switched away from is
+    :meth:`freeze` stops it once every process has stopped talking to it, and
+    yields its exact State (see :mod:`ray_adaptive.runtime.switch`).
     """
 
     LEASE_QUIET_S = 1.0
     LEASE_TIMEOUT_S = 5.0
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Tuple[str, str]], t0: float,
-                 wait_s: float = 0.05, lease: bool = False):
+                 wait_s: float = 0.05, lease: bool = False, awaiting_state: bool = False):
         import ray
 
         self._s = spec.scheduler(nodes)
@@ -110,6 +116,9 @@ class Selector:
             restarted = ray.get_runtime_context().was_current_actor_reconstructed
         # restarted, it has heard from no client yet: none is alone until all had time to call
         self._lease_from = time.monotonic() + (self.LEASE_QUIET_S if restarted else 0.0)
+        self._restarted = restarted
+        self._installed = restarted or not awaiting_state  # (restarted: the clients rebuild its State)
+        self._frozen = False
         self._fwd: Optional[Forwarder] = None  # the hybrid's placement schedulers
         if placements:
             # (named, not handles: arguments that hold actor handles go to the object store, and a
@@ -166,6 +175,8 @@ class Selector:
         that client's tasks, a :class:`Lease` (its tasks back, undecided, with State), or, to the
         holder of the lease, a :class:`Recall`."""
         with self._cond:
+            if not self._installed:  # (a switch installs the State before any process is told to come)
+                self._cond.wait_for(lambda: self._installed or self._closed, timeout=30.0)
             now = self._now()
             self._seen[client] = time.monotonic()
             if handback is not None:
@@ -180,9 +191,10 @@ class Selector:
             elif handback is None and self._may_lease(client):  # (one giving a lease back is leaving or recalled)
                 return self._grant(client, tasks)
             tasks = [t for t in tasks if not self._s.knows(t.id)]  # (sent again after a restart)
+            arrived = set(handback.arrived) if handback is not None else ()
             for t in tasks:
                 t.origin = client
-                self._s.add(t, now)
+                self._s.add(t, now, arrived=t.id in arrived)
             self._waiting[client] = self._waiting.get(client, 0) + len(tasks)
             self._decide(now)
             deadline = time.monotonic() + self._wait_s
@@ -258,8 +270,8 @@ class Selector:
         self._s.adopt(running, dispatch_hooks=dispatch_hooks, now=self._now())
 
     def _decide(self, now: float) -> None:
-        if self._holder is not None:  # the holder's running tasks are not counted here until it hands them back
-            return
+        if self._holder is not None or self._frozen:  # (the holder's running tasks are not counted here until
+            return                                     # it hands them back; frozen: its State is being handed over)
         chosen = self._s.decide(now)
         if not chosen:
             return
@@ -273,6 +285,44 @@ class Selector:
             else:
                 self._mail_to(t.origin, t.id, t.node, now)
         self._cond.notify_all()
+
+    # ---------------------------------------------------------- live switches
+    def install(self, state: Optional[dict]) -> str:
+        """The State handed over by the plan this one replaces (None: the initial State; the processes
+        rebuild theirs); exchanges are answered from now on. Returns this incarnation."""
+        with self._cond:
+            if state is not None and not self._installed:
+                self._s.interp.state.update(state)
+            self._installed = True
+            # every process hands its tasks over first: none is alone until all had time to call
+            self._lease_from = time.monotonic() + self.LEASE_QUIET_S
+            self._cond.notify_all()
+            return self.incarnation
+
+    def freeze(self) -> dict:
+        """Stop deciding and yield the exact State (every process has stopped talking to this selector).
+
+        A decision no process received (its mail, or a task forwarded to a placement scheduler and
+        not placed) is undone as the hybrid undoes one dropped at its deadline: OnFinish runs and its
+        room is freed, so the State holds the OnArrival of every task still pending and the
+        OnDispatch of every task running. ``exact`` is False when this incarnation cannot know that
+        State: it was restarted, or a lease is still out (its holder never handed it back).
+        """
+        with self._cond:
+            self._frozen = True
+            if self._fwd is not None:
+                self._fwd.freeze()
+                self._cond.wait_for(lambda: not self._fwd.in_flight, timeout=10.0)
+                undone = self._fwd.unplaced()
+            else:
+                undone = []
+            undone += [tid for mail in self._mail.values() for tid, node in mail if node is not None]
+            self._mail.clear()
+            now = self._now()
+            self._release(undone, now)
+            exact = not self._restarted and self._holder is None
+            return {"state": copy_state(self._s.interp.state), "exact": exact, "incarnation": self.incarnation,
+                    "undone": len(undone)}
 
     def ping(self) -> None:
         """Nothing: a client times the round trip (the monitor's message latency)."""
@@ -343,9 +393,10 @@ class SelectorClient:
 
     thread_safe = True  # locks itself (its client thread shares it)
     IDLE_CHECK_S = 0.25
+    _FINISHING_KEPT = 64
 
-    def __init__(self, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float):
-        self.client = new_client_id()
+    def __init__(self, client: str, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float):
+        self.client = client
         self._lease_spec = lease_spec
         self._nodes = list(nodes)
         self._node_ids = [n["id"] for n in nodes]
@@ -362,6 +413,10 @@ class SelectorClient:
         self._lease_incarnation: Optional[str] = None  # of the selector that granted it
         self._local_latencies: deque = deque(maxlen=100_000)  # its decisions' latencies, over every lease
         self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
+        self._finishing: List = []  # refs of the finish notifications the selector may not have applied yet
+        self._handover: Optional[Handback] = None  # a live switch's: running tasks for the selector of the new plan
+        self._freezing = False  # a live switch: stop talking to the selector (see freeze)
+        self._parked = False  # the client thread has stopped, no call in flight
         self._closed = False
         self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None
         self.exchanges = itertools.count()
@@ -404,8 +459,15 @@ class SelectorClient:
                 return []
         # its own call, not queued behind the long poll in flight: the room it frees may be
         # exactly what that poll waits for
-        self._selector.finished.remote(list(ids))
+        self._notify_finished(list(ids))
         return []
+
+    def _notify_finished(self, ids: List[str]) -> None:
+        ref = self._selector.finished.remote(ids)
+        with self._cond:  # (kept until done: a live switch waits for them; see freeze)
+            self._finishing.append(ref)
+            if len(self._finishing) > self._FINISHING_KEPT:  # (those done, dropped in one look)
+                self._finishing = _not_done(self._finishing)
 
     def tick(self) -> List[TaskState]:
         return []
@@ -415,19 +477,28 @@ class SelectorClient:
 
         while True:
             with self._cond:
-                while not (self._out or self._sent or self._local is not None or self._resync) and not self._closed:
+                while self._freezing and self._local is None and not self._closed:  # (a lease goes back first)
+                    self._parked = True
+                    self._cond.notify_all()
+                    self._cond.wait()
+                while not (self._out or self._sent or self._local is not None or self._resync
+                           or self._handover or self._freezing) and not self._closed:
                     if not self._running:
                         self._cond.wait()
                     elif not self._cond.wait(self.IDLE_CHECK_S):
                         break  # idle with tasks running: is the selector the one that knows them?
                 if self._closed:
                     return
+                if self._freezing and self._local is None:
+                    continue
                 leased = self._local is not None
                 out, self._out = ([], self._out) if leased else (self._out, [])
                 for t in out:
                     self._sent[t.id] = t
                 rebuild = None
-                if self._resync and not leased:  # the selector restarted: all it lost of ours, again
+                if self._handover is not None and not leased:  # a live switch: what this process holds
+                    out, rebuild, self._handover = list(self._sent.values()), self._handover, None
+                elif self._resync and not leased:  # the selector restarted: all it lost of ours, again
                     out = list(self._sent.values())
                     rebuild = Handback(list(self._running.values()), sorted(self._dead), rebuild=True)
                     self._held_finishes = []  # finishes must not overtake the handback
@@ -438,8 +509,9 @@ class SelectorClient:
                     if rebuild is not None:
                         self._release_held_finishes()
                 next(self.exchanges)
-                # recalled -- or no longer the holder at all (the selector gave up on us): hand back
-                if leased and not (isinstance(reply, Recall) and not reply.recalled):
+                # recalled, freezing for a switch -- or no longer the holder at all (the selector gave up
+                # on us): hand back
+                if leased and (self._freezing or not (isinstance(reply, Recall) and not reply.recalled)):
                     reply = self._hand_back()
             except Exception:  # the selector died (it restarts; the next answer says so) or is shut down
                 with self._cond:
@@ -471,7 +543,7 @@ class SelectorClient:
                             self._running[tid] = t
                         decided.append(t)
                 if stray:  # the room the second decision holds goes back
-                    self._selector.finished.remote(stray)
+                    self._notify_finished(stray)
             if decided:
                 self.on_decided(decided)
 
@@ -524,7 +596,40 @@ class SelectorClient:
         with self._cond:
             held, self._held_finishes = self._held_finishes, None
         if held:
-            self._selector.finished.remote(held)
+            self._notify_finished(held)
+
+    # -- live switches --------------------------------------------------------
+    def freeze(self, timeout_s: float = 30.0) -> Handover:
+        """Stop talking to the selector -- a lease held here goes back first, a call in flight lands, the
+        finish notifications sent have been applied -- and hand the undecided tasks over: those the
+        selector has (their OnArrival is in its State) and those it never got."""
+        import ray
+
+        with self._cond:
+            self._freezing = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._parked or self._closed, timeout=timeout_s)
+            finishing, self._finishing = self._finishing, []
+        try:
+            ray.get(finishing, timeout=timeout_s)
+        except Exception:
+            pass  # the selector died: the switch finds it restarted, and its successor rebuilds State
+        with self._cond:
+            return Handover(arrived=list(self._sent.values()), new=list(self._out))
+
+    def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
+               rebuild: bool) -> List[TaskState]:
+        """Hand what the replaced plan's decider held to this selector, with the next exchange: the
+        running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones."""
+        with self._cond:
+            self._running = {t.id: t for t in running}
+            for t in (*arrived, *new):
+                self._sent[t.id] = t
+            self._handover = Handback(list(running), sorted(self._dead), rebuild=rebuild,
+                                      arrived=[] if rebuild else [t.id for t in arrived])
+            self._held_finishes = []  # finishes must not overtake the handover
+            self._cond.notify()
+        return []
 
     def mark_dead(self, node_id: str) -> None:
         with self._cond:
@@ -541,7 +646,10 @@ class SelectorClient:
 
         with self._cond:
             local = list(self._local_latencies)
-        return ray.get(self._selector.decision_latencies.remote()) + local
+        try:
+            return ray.get(self._selector.decision_latencies.remote(), timeout=10) + local
+        except Exception:  # the selector is gone (a switch retired it, or shutdown): what this process made
+            return local
 
     def ping(self, record: Callable[[float], None]) -> None:
         """Time an empty call to the selector; see :func:`~ray_adaptive.runtime.store.ping`."""
@@ -562,16 +670,19 @@ class SelectorClient:
                 out["lease"] = self._local.export()
             return out
 
-    def close(self) -> None:
+    def close(self, switching: bool = False) -> None:
         """Stop; a lease goes back to the selector first (other processes may still use it), and the
-        selector forgets this process's tasks still pending there (the router has cancelled them)."""
+        selector forgets this process's tasks still pending there (the router has cancelled them).
+        ``switching``: a live switch replaced this client's selector: just stop the thread."""
         import ray
 
         with self._cond:
             leased = self._local is not None
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
         self._thread.join(timeout=5)
+        if switching:
+            return
         try:
             if leased:
                 self._hand_back(with_pending=False)
@@ -581,3 +692,9 @@ class SelectorClient:
         with self._cond:
             self._sent.clear()
             self._out.clear()
+
+
+def _not_done(refs: List) -> List:
+    import ray
+
+    return ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[1]

@@ -15,8 +15,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ray_adaptive._private import gcs_kv
 from ray_adaptive.plan import RoleSpec, Scheduler
 from ray_adaptive.plan.replicas import copy_state, merge_into, same_state
 from ray_adaptive.runtime.messages import SyncAnswer
@@ -25,29 +26,55 @@ __all__ = ["StateStore", "StoreClient", "ping"]
 
 
 class StateStore:
-    """The runtime's registry and the schedulers' meeting point.
+    """The runtime's registry and the schedulers' meeting point: one per running policy, for its whole life.
 
-    * ``config()``: everything a process needs to join the runtime (policy,
-      plan, nodes, slot resources): how ``.remote()`` works from any worker.
-    * ``sync(member, delta, outstanding)``: merge a replica's State changes,
-      record its outstanding tasks per node (its heartbeat), and return the
-      merged State, the *others'* outstanding tasks per node and the
-      store's incarnation.
+    * **The plan in force.** ``config()``: everything a process needs to
+      join (the lowered plan, its generation, nodes, slot resources, the
+      generation's actor names). ``join(client)`` registers a submitting
+      process and returns the config; ``leave(client)`` forgets it.
+    * **Live switches** (see :mod:`ray_adaptive.runtime.switch`):
+      ``announce(generation)`` asks every registered process to freeze;
+      each *acks* once it has stopped deciding and handed over what it
+      holds; ``publish(...)`` installs the next generation -- its config,
+      its State, its merge rules -- and every process resumes under it.
+      ``watch(...)`` is how processes hear both: a long poll answered at
+      once when the phase or generation differs from what the caller knows.
+    * **Replicated State.** ``sync(member, delta, outstanding)``: merge a
+      replica's State changes, record its outstanding tasks per node (its
+      heartbeat), and return the merged State, the *others'* outstanding
+      tasks per node and the store's incarnation.
+    * **Load reports.** ``report(client, load)`` / ``loads()``: each
+      process's recent arrivals, for the adaptive controller and operators.
 
-    Restarted when its process dies (``max_restarts=-1``), it starts from
-    the initial State with a new incarnation; each member that sees the
-    change pushes its whole contribution since it joined, so the merged
-    State comes back (see :class:`StoreClient`).
+    Restarted when its process dies (``max_restarts=-1``), it comes back
+    with the last published generation (kept in the GCS, not only in its
+    constructor's arguments) and that generation's base State, with a new
+    incarnation; each member that sees the change pushes its whole
+    contribution since the generation began, so the merged State comes back
+    (see :class:`StoreClient`). A process frozen for a switch when the store
+    restarts is asked again (the coordinator announces again).
     """
 
     def __init__(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]):
+        durable = gcs_kv.get(self.durable_key(config))
+        if durable is not None and durable[0]["generation"] >= config["generation"]:
+            config, state, merge = durable  # restarted after a switch: the plan in force now
         self._config = config
+        self._base = copy_state(state)  # the generation's State when it began (a restart starts here)
         self._state = copy_state(state)
         self._merge = dict(merge or {})
         self._outstanding: Dict[str, Dict[str, int]] = {}
-        self._lock = threading.Lock()
+        self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
+        self._phase = "running"  # or "freezing": a switch to generation + 1 was announced
+        self._acks: Dict[str, dict] = {}  # client -> what it handed over (for the generation announced)
+        self._reports: Dict[str, dict] = {}
+        self._cond = threading.Condition()
         self.calls = 0
         self.incarnation = uuid.uuid4().hex
+
+    @staticmethod
+    def durable_key(config: dict) -> str:
+        return f"{config['plan'].policy.name}/{config['t0']}"
 
     def config(self) -> dict:
         return self._config
@@ -55,13 +82,95 @@ class StateStore:
     def ping(self) -> None:
         """Nothing: a caller times the round trip (the monitor's message latency)."""
 
-    def sync(self, member: str, delta: Mapping[str, Any], outstanding: Mapping[str, int]) -> tuple:
-        with self._lock:
+    # -- processes ------------------------------------------------------------
+    def join(self, client: str, timeout_s: float = 30.0) -> dict:
+        """Register a submitting process; return the config in force (after a switch in progress ends)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._phase == "running", timeout=timeout_s)
+            self._clients[client] = time.monotonic()
+            return self._config
+
+    def leave(self, member: str) -> None:
+        with self._cond:
+            self._outstanding.pop(member, None)
+            self._clients.pop(member, None)
+            self._reports.pop(member, None)
+            self._acks.pop(member, None)
+            self._cond.notify_all()
+
+    def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0) -> tuple:
+        """``(generation, phase, incarnation)``, as soon as any differs from the caller's, or after ``timeout_s``."""
+        with self._cond:
+            self._cond.wait_for(lambda: (self._config["generation"], self._phase, self.incarnation)
+                                != (generation, phase, incarnation), timeout=timeout_s)
+            return self._config["generation"], self._phase, self.incarnation
+
+    # -- switches -------------------------------------------------------------
+    def status(self) -> tuple:
+        """``(generation, phase, incarnation)`` now."""
+        with self._cond:
+            return self._config["generation"], self._phase, self.incarnation
+
+    def announce(self, generation: int) -> List[str]:
+        """Ask every registered process to freeze for ``generation``; return them (idempotent)."""
+        with self._cond:
+            if generation != self._config["generation"] + 1:
+                raise ValueError(f"generation {self._config['generation']} is in force: the next is "
+                                 f"{self._config['generation'] + 1}, not {generation}")
+            if self._phase != "freezing":
+                self._phase, self._acks = "freezing", {}
+            self._cond.notify_all()
+            return sorted(self._clients)
+
+    def ack(self, client: str, generation: int, handed: dict) -> bool:
+        """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
+        with self._cond:
+            if self._phase != "freezing" or generation != self._config["generation"] + 1:
+                return False
+            self._acks[client] = dict(handed)
+            self._cond.notify_all()
+            return True
+
+    def wait_acks(self, generation: int, clients: List[str], timeout_s: float) -> List[str]:
+        """Wait until every one of ``clients`` still registered has acked; return those that did not."""
+        with self._cond:
+            def missing() -> List[str]:
+                return [c for c in clients if c in self._clients and c not in self._acks]
+
+            self._cond.wait_for(lambda: not missing(), timeout=timeout_s)
+            return missing()
+
+    def state(self) -> dict:
+        """The merged State of the replicas (what a switch hands over from a decentralized plan)."""
+        with self._cond:
+            return copy_state(self._state)
+
+    def publish(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]) -> None:
+        """Put ``config``'s generation in force with ``state`` as its base State; every process resumes."""
+        with self._cond:
+            if config["generation"] != self._config["generation"] + 1:
+                raise ValueError(f"cannot publish generation {config['generation']} over {self._config['generation']}")
+            gcs_kv.put(self.durable_key(config), (config, state, dict(merge or {})))
+            self._config, self._base, self._state = config, copy_state(state), copy_state(state)
+            self._merge = dict(merge or {})
+            self._outstanding, self._phase, self._acks = {}, "running", {}
+            self._cond.notify_all()
+
+    def forget_durable(self) -> None:
+        """The runtime shuts down: nothing of it should come back."""
+        gcs_kv.delete(self.durable_key(self._config))
+
+    # -- replicas -------------------------------------------------------------
+    def sync(self, member: str, delta: Mapping[str, Any], outstanding: Mapping[str, int],
+             generation: int = 0) -> SyncAnswer:
+        with self._cond:
             self.calls += 1
-            if delta:
-                merge_into(self._state, delta, self._merge)
-            self._outstanding[member] = dict(outstanding)
-            return SyncAnswer({v: self._state[v] for v in self._merge}, self._loads(but=member), self.incarnation)
+            if generation == self._config["generation"]:  # (a late push of a replaced plan's replica: nothing)
+                if delta:
+                    merge_into(self._state, delta, self._merge)
+                self._outstanding[member] = dict(outstanding)
+            return SyncAnswer({v: self._state[v] for v in self._merge}, self._loads(but=member), self.incarnation,
+                              self._config["generation"])
 
     def _loads(self, but: Optional[str] = None) -> Dict[str, int]:
         """Outstanding tasks per node, over every member but ``but``."""
@@ -72,14 +181,23 @@ class StateStore:
                     loads[node] = loads.get(node, 0) + k
         return loads
 
-    def leave(self, member: str) -> None:
-        with self._lock:
-            self._outstanding.pop(member, None)
+    # -- load reports ---------------------------------------------------------
+    def report(self, client: str, load: dict) -> None:
+        """A process's recent load (see :meth:`ray_adaptive.monitor.Monitor.load`)."""
+        with self._cond:
+            self._reports[client] = dict(load)
+            if client in self._clients:
+                self._clients[client] = time.monotonic()
+
+    def loads(self) -> Dict[str, dict]:
+        with self._cond:
+            return {c: dict(r) for c, r in self._reports.items()}
 
     def stats(self) -> dict:
         """Sync calls, members, and the outstanding tasks per node the members last reported."""
-        with self._lock:
-            return {"calls": self.calls, "members": len(self._outstanding), "outstanding": self._loads()}
+        with self._cond:
+            return {"calls": self.calls, "members": len(self._outstanding), "outstanding": self._loads(),
+                    "clients": len(self._clients), "generation": self._config["generation"], "phase": self._phase}
 
 
 class StoreClient:
@@ -110,8 +228,10 @@ class StoreClient:
 
     QUIET_S = 0.1  # the longest period between syncs while they bring no news
 
-    def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0):
+    def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0,
+                 generation: int = 0):
         self.member, self.spec, self.sched, self.store = member, spec, sched, store
+        self.generation = generation  # of the plan this replica belongs to
         self.floor_s = floor_s  # the shortest period between syncs, whatever the plan says
         self._next = 0.0
         self._inflight = None  # Future of the store's answer to the last push
@@ -156,7 +276,8 @@ class StoreClient:
                 delta, self._repush = self._repush, None
             self._sent = delta
             sent = time.perf_counter()
-            self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding()).future()
+            self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding(),
+                                                    self.generation).future()
             # timed when the answer lands (on Ray's thread), not when a later refresh applies it
             self._inflight.add_done_callback(lambda _f: self.sync_s.append(time.perf_counter() - sent))
             self._next = time.monotonic() + self._period
@@ -169,6 +290,8 @@ class StoreClient:
         try:
             reply: SyncAnswer = answer.result()
         except Exception:  # the store died (it restarts: a later answer says so) or is shut down
+            return
+        if reply.generation != self.generation:  # a switch replaced this replica's plan: nothing here is ours
             return
         state, others, incarnation = reply.state, reply.others, reply.incarnation
         restarted = self._incarnation not in (None, incarnation)
@@ -201,7 +324,20 @@ class StoreClient:
         forget). Without it a scheduler with nothing pending never syncs, and the others would
         wait forever for room its finished tasks freed."""
         if self.store is not None:
-            self.store.sync.remote(self.member, {}, self.sched.outstanding())
+            self.store.sync.remote(self.member, {}, self.sched.outstanding(), self.generation)
+
+    def flush(self) -> None:
+        """Push every change of this replica now and wait until the store has merged it (a live switch
+        takes the merged State next); then this client syncs no more."""
+        if self._inflight is not None:
+            try:
+                self._inflight.result()
+            except Exception:
+                pass  # (_apply sees it: a store that died answers nothing)
+            self._apply()
+        self._next = 0.0
+        self.refresh(want=True, wait=True)
+        self.store = None
 
 
 def ping(actor, record: Callable[[float], None]) -> None:

@@ -20,6 +20,10 @@ roles the plan has and what each runs; hosting follows from the roles alone:
 Whatever the plan, the submitting process launches each decided task
 itself with its node's slot resource (:mod:`ray_adaptive.runtime.binding`)
 and owns its result.
+
+The store lives as long as the runtime; the selector and placement actors
+belong to one *generation* of the plan: a live switch builds the next
+generation's beside them and retires them (:mod:`ray_adaptive.runtime.switch`).
 """
 
 from __future__ import annotations
@@ -42,14 +46,15 @@ NAMESPACE = "ray_adaptive"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def actor_name(policy_name: str, role: str) -> str:
-    """The name of a policy's actor in :data:`NAMESPACE` (``role``: store, selector, placement-<i>)."""
-    return f"ra-{_SAFE.sub('_', policy_name)}-{role}"
+def actor_name(policy_name: str, role: str, generation: int = 0) -> str:
+    """The name of a policy's actor in :data:`NAMESPACE` (``role``: store, selector, placement-<i>; a
+    plan a live switch put in force names its actors with its generation: selector-g1)."""
+    return f"ra-{_SAFE.sub('_', policy_name)}-{role}" + (f"-g{generation}" if generation else "")
 
 
 @dataclass
 class Topology:
-    """The actors of one running plan (handles), and how processes join it."""
+    """The actors of one generation of a running plan (handles), and how processes join it."""
 
     plan: LoweredPlan
     specs: Dict[Role, RoleSpec]
@@ -59,18 +64,47 @@ class Topology:
     store: object
     selector: Optional[object] = None
     placements: List[object] = field(default_factory=list)
+    generation: int = 0
+    rebuild: bool = False  # its State could not be handed over: the processes rebuild it (see switch)
+    driver_node: str = ""  # where the selector starts (near the process that built the topology)
 
     def config(self) -> dict:
-        return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0}
+        """What a process needs to join this generation (kept by the store)."""
+        name, g = self.plan.policy.name, self.generation
+        selector = Role.SELECTOR in self.specs
+        k = self.plan.k(len(self.nodes)) if selector and Role.SCHEDULERS in self.specs else 0
+        return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0, "generation": g,
+                "rebuild": self.rebuild, "driver_node": self.driver_node,
+                "selector": actor_name(name, "selector", g) if selector else None,
+                "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)]}
+
+    @classmethod
+    def from_config(cls, cfg: dict, store) -> "Topology":
+        """The topology a config describes (its actors found by name; a placement actor that died for
+        good is left out: only the selector talks to them, and it works on without it)."""
+        import ray
+
+        def get(name):
+            try:
+                return ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                return None
+
+        selector = get(cfg["selector"]) if cfg.get("selector") else None
+        if cfg.get("selector") and selector is None:
+            raise RuntimeError(f"the selector {cfg['selector']!r} of the plan in force is gone")
+        placements = [p for p in (get(n) for n in cfg.get("placements", [])) if p is not None]
+        return cls(cfg["plan"], role_specs(cfg["plan"]), cfg["nodes"], cfg["slots"], cfg["t0"], store, selector,
+                   placements, cfg.get("generation", 0), cfg.get("rebuild", False), cfg.get("driver_node", ""))
 
     def actors(self) -> list:
         return [a for a in (self.store, self.selector, *self.placements) if a is not None]
 
-    def decider(self) -> Union[LocalDecider, SelectorClient]:
-        """This process's way of getting decisions."""
+    def decider(self, client: str) -> Union[LocalDecider, SelectorClient]:
+        """Process ``client``'s way of getting decisions under this generation."""
         if self.selector is not None:
-            return SelectorClient(self.selector, lease_spec(self.plan), self.nodes, self.t0)
-        return LocalDecider(self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0)
+            return SelectorClient(client, self.selector, lease_spec(self.plan), self.nodes, self.t0)
+        return LocalDecider(client, self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0, self.generation)
 
     def placement_nodes(self) -> List[str]:
         import ray
@@ -88,59 +122,95 @@ class Topology:
             out["placements"] = ray.get([p.export.remote() for p in self.placements])
         return out
 
-    def close(self) -> None:
+    def start_actors(self) -> None:
+        """Start the selector and placement actors this generation needs, and wait until they are up."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        plan, specs, nodes, g = self.plan, self.specs, self.nodes, self.generation
+        name = plan.policy.name
+        if Role.SELECTOR in specs:
+            if Role.SCHEDULERS in specs:
+                self.placements = [
+                    ray.remote(Placement).options(
+                        num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["id"], soft=False),
+                    ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g)
+                    for i in range(plan.k(len(nodes)))
+                ]
+            self.selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
+                name=actor_name(name, "selector", g), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
+                max_restarts=-1, scheduling_strategy=_near(self.driver_node),
+            ).remote(specs[Role.SELECTOR], list(nodes),
+                     [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
+                     lease=lease_spec(plan) is not None, awaiting_state=g > 0)
+        ray.get([a.__ray_ready__.remote() for a in (self.selector, *self.placements) if a is not None])
+
+    def retire(self) -> None:
+        """Kill this generation's selector and placement actors (a switch replaced them; the store stays)."""
         import ray
 
-        for a in self.actors():
-            try:
-                ray.kill(a)
-            except Exception:
-                pass  # already gone
+        for a in (self.selector, *self.placements):
+            if a is not None:
+                try:
+                    ray.kill(a, no_restart=True)
+                except Exception:
+                    pass  # already gone
+
+    def close(self) -> None:
+        """Kill every actor, the store too: the runtime is shut down."""
+        import ray
+
+        try:
+            ray.get(self.store.forget_durable.remote(), timeout=10)
+        except Exception:
+            pass  # the store is gone: so is what it would have brought back
+        self.retire()
+        try:
+            ray.kill(self.store, no_restart=True)
+        except Exception:
+            pass
 
 
 def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str) -> Topology:
     """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     specs = role_specs(plan)
     t0 = time.time()
-    name = plan.policy.name
     replicated = specs.get(Role.SCHEDULERS)
     merge = replicated.merge if replicated is not None else None
     initial = (replicated or specs[Role.SELECTOR]).scheduler(nodes).interp.state
-    near_driver = NodeAffinitySchedulingStrategy(driver_node, soft=True)
-    config = {"plan": plan, "nodes": list(nodes), "slots": dict(slots), "t0": t0}
+    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
-        name=actor_name(name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=32,
-        max_restarts=-1, scheduling_strategy=near_driver).remote(config, initial, merge)
-    placements, selector = [], None
-    if Role.SELECTOR in specs:
-        if Role.SCHEDULERS in specs:
-            k = plan.k(len(nodes))
-            placements = [
-                ray.remote(Placement).options(
-                    num_cpus=0, name=actor_name(name, f"placement-{i}"), namespace=NAMESPACE,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["id"], soft=False),
-                ).remote(i, specs[Role.SCHEDULERS], list(nodes), store, t0)
-                for i in range(k)
-            ]
-        selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
-            name=actor_name(name, "selector"), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
-            max_restarts=-1, scheduling_strategy=near_driver,
-        ).remote(specs[Role.SELECTOR], list(nodes),
-                 [(actor_name(name, f"placement-{i}"), NAMESPACE) for i in range(len(placements))], t0,
-                 lease=lease_spec(plan) is not None)
-    topo = Topology(plan, specs, list(nodes), dict(slots), t0, store, selector, placements)
-    ray.get([a.__ray_ready__.remote() for a in topo.actors()])  # fail here, not at the first task
+        name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
+        max_restarts=-1, scheduling_strategy=_near(driver_node)).remote(topo.config(), initial, merge)
+    topo.store = store
+    ray.get(store.__ray_ready__.remote())
+    topo.start_actors()
     return topo
+
+
+def _near(node_id: str):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=True)
+
+
+def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[dict], slots: Dict[str, str], t0: float,
+                     store, driver_node: str) -> Topology:
+    """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
+    (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
+    return Topology(plan, role_specs(plan), list(nodes), dict(slots), t0, store, generation=generation,
+                    driver_node=driver_node)
 
 
 JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts
 
 
-def join(policy_name: str) -> Optional[Topology]:
-    """The topology of a policy started by another process (None if none runs)."""
+def join(policy_name: str, client: str) -> Optional[Topology]:
+    """The topology in force of a policy another process started, with ``client`` registered at its
+    store (None if none runs); during a live switch, the one it puts in force."""
     import ray
 
     try:
@@ -149,14 +219,10 @@ def join(policy_name: str) -> Optional[Topology]:
         return None
     for attempt in itertools.count():
         try:
-            cfg = ray.get(store.config.remote())
+            cfg = ray.get(store.join.remote(client))
             break
         except ray.exceptions.ActorUnavailableError:  # restarting (see StateStore): it comes back
             if attempt >= JOIN_ATTEMPTS:
                 raise
             time.sleep(0.1)
-    selector = None
-    specs = role_specs(cfg["plan"])
-    if Role.SELECTOR in specs:
-        selector = ray.get_actor(actor_name(policy_name, "selector"), namespace=NAMESPACE)
-    return Topology(cfg["plan"], specs, cfg["nodes"], cfg["slots"], cfg["t0"], store, selector)
+    return Topology.from_config(cfg, store)

@@ -1,0 +1,212 @@
+"""Live switches: a running plan replaced by another without losing, repeating or stalling a task.
+
+The protocol, between the process that switches (the *coordinator*, the
+one that started the runtime), the state store, and every submitting
+process (its :class:`PlanWatcher` and router):
+
+1. **Build** the next generation's actors beside the running ones (a
+   selector awaiting its State, placement actors): nothing is routed to them.
+2. **Freeze.** The store *announces* the generation; each process hears it
+   at once (its watcher's long poll on the store), stops deciding and hands
+   its decider's holdings to its router: a decentralized decider pushes its
+   replica's last changes; a selector's client lets its call in flight land,
+   gives back a lease it holds, and waits until the finish notifications it
+   sent were applied. Submissions and finishes wait in the router meanwhile.
+   Each process *acks*; the coordinator waits for every registered process
+   (one silent for ``ack_timeout_s`` is taken for dead).
+3. **Collect** the State from the authority of the plan in force: the
+   frozen selector (decisions no process received are undone, as the
+   hybrid undoes a task dropped at its deadline: OnFinish runs), the
+   store's merged State of the replicas, or both (a hybrid whose placements
+   keep replicas). So the State holds the OnArrival of every task still
+   undecided and the OnDispatch of every task running.
+4. **Install and publish.** The new selector gets that State; the store
+   publishes the new generation (config, State, merge rules; kept in the
+   GCS so that a restarted store comes back with it). Each process resumes:
+   a decider of the new plan takes its running tasks (counted, no hooks:
+   their OnDispatch is in the State), its undecided ones (no second
+   OnArrival), and the submissions and finishes that waited; results stay
+   with their callers (they launched the tasks); deadlines keep counting
+   (the runtime's clock does not restart).
+5. **Retire** the old generation's actors. The slot resources stay: they
+   bind decisions to nodes whatever the plan.
+
+When the State cannot be handed over exactly -- the old selector died
+during the switch, or a lease was never given back -- the new generation is
+published with ``rebuild``: it starts from the initial State and each
+process's running tasks rebuild it by their OnDispatch, their undecided
+ones by their OnArrival (the recovery a restarted selector already uses).
+A crash of the new selector is the restart it already survives; a store
+that restarts mid-switch is announced to again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Optional, Tuple
+
+from ray_adaptive.plan import LoweredPlan, Role, role_specs
+
+__all__ = ["PlanWatcher", "switch"]
+
+log = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 10.0
+
+
+class PlanWatcher:
+    """A submitting process's side of live switches: follows the store's generation and phase (a long poll)
+    and freezes, acks and resumes its router (see the module doc)."""
+
+    POLL_S = 2.0
+
+    def __init__(self, router):
+        self._router = router
+        self._store = router.topology.store
+        self.generation = router.topology.generation
+        self._stop = threading.Event()
+        self._frozen_for: Optional[int] = None
+        self._counts: dict = {}
+        self._thread = threading.Thread(target=self._run, name="ra-plan-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import ray
+
+        known: Tuple = (self.generation, "running", None)
+        while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
+            try:
+                status = ray.get(self._store.watch.remote(*known, self.POLL_S), timeout=self.POLL_S + 30)
+            except Exception:  # the store restarts (or the runtime is shutting down)
+                self._stop.wait(0.1)
+                continue
+            if self._stop.is_set():
+                return
+            try:
+                self._follow(*status)
+            except Exception:  # never leave a frozen process silent: log, and look again
+                log.exception("ray-adaptive: following a live switch of policy %r failed", self._router.policy.name)
+                self._stop.wait(0.1)
+                continue
+            known = status
+
+    def _follow(self, generation: int, phase: str, incarnation: str) -> None:
+        import ray
+
+        from ray_adaptive.runtime.topology import Topology
+
+        router, store = self._router, self._store
+        if generation > self.generation:  # published: take up the new plan
+            cfg = ray.get(store.config.remote())
+            if self._frozen_for is None:
+                router.freeze()  # (it missed the freeze: taken for dead, its State is not in the handover)
+            router.resume(Topology.from_config(cfg, store))
+            self.generation, self._frozen_for = cfg["generation"], None
+        elif phase == "freezing":  # a switch to generation + 1 is announced (again, after a store restart)
+            if self._frozen_for != generation + 1:
+                self._counts = router.freeze()
+                self._frozen_for = generation + 1
+            ray.get(store.ack.remote(router.client, generation + 1, self._counts))
+
+
+def _retry(call: Callable, what: str, timeout_s: float = 60.0):
+    """``ray.get(call())``, again while the actor restarts (Ray answers ActorUnavailableError meanwhile)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(call(), timeout=timeout_s)
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"live switch: {what} did not answer for {timeout_s:g} s") from None
+            time.sleep(0.05)
+
+
+def _freeze_all(store, generation: int, ack_timeout_s: float) -> Tuple[list, str]:
+    """Announce ``generation`` until every registered process acked under one store incarnation (a
+    store that restarts forgets the acks); return the processes that never acked, and that incarnation."""
+    deadline = time.monotonic() + ack_timeout_s
+    while True:
+        incarnation = _retry(lambda: store.status.remote(), "the state store")[2]
+        clients = _retry(lambda: store.announce.remote(generation), "the state store")
+        left = max(0.0, deadline - time.monotonic())
+        missing = _retry(lambda: store.wait_acks.remote(generation, clients, left), "the state store")
+        if _retry(lambda: store.status.remote(), "the state store")[2] == incarnation:
+            return missing, incarnation
+        log.warning("ray-adaptive: the state store restarted during a live switch: announcing again")
+
+
+def _collect(old, store, incarnation: str) -> Tuple[Optional[dict], bool]:
+    """The State of the plan in force, and whether it is exact (see the module doc)."""
+    import ray
+
+    state: Optional[dict] = None
+    if old.selector is not None:
+        try:
+            out = ray.get(old.selector.freeze.remote(), timeout=60)
+        except Exception:  # it died: its State is gone
+            return None, False
+        state, exact = out["state"], out["exact"]
+        if not old.plan.local_state:
+            return state, exact
+        try:  # the hybrid's placements keep replicas of what the node part reads: their last changes
+            ray.get([p.freeze.remote() for p in old.placements], timeout=60)
+        except Exception:
+            exact = False
+    else:
+        exact = True
+    merged = _retry(lambda: store.state.remote(), "the state store")
+    if _retry(lambda: store.status.remote(), "the state store")[2] != incarnation:
+        return state, False  # a restarted store lost the replicas' pushes
+    if state is None:
+        return merged, exact
+    where = dict(old.plan.plan.state)
+    for var, value in merged.items():
+        if "selector" not in where.get(var, "selector"):
+            state[var] = value
+    return state, exact
+
+
+def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
+           on_phase: Optional[Callable[[str, object], None]] = None) -> Tuple[object, dict]:
+    """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
+    topology and what happened (``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
+    ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published)."""
+    from ray_adaptive.runtime.topology import build_generation
+
+    def phase(name: str, topo) -> None:
+        if on_phase is not None:
+            on_phase(name, topo)
+
+    store = old.store
+    generation = old.generation + 1
+    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node)
+    new.start_actors()
+    phase("built", new)
+    start = time.perf_counter()
+    unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
+    phase("frozen", new)
+    state, exact = _collect(old, store, incarnation)
+    phase("collected", new)
+    specs = role_specs(plan)
+    initial = (specs.get(Role.SCHEDULERS) or specs[Role.SELECTOR]).scheduler(new.nodes).interp.state
+    if not exact:
+        state = None
+    new.rebuild = not exact
+    if new.selector is not None:
+        _retry(lambda: new.selector.install.remote(state), "the new selector")
+    merge = (specs.get(Role.SCHEDULERS).merge if Role.SCHEDULERS in specs else None)
+    _retry(lambda: store.publish.remote(new.config(), {**initial, **(state or {})}, merge), "the state store")
+    freeze_s = time.perf_counter() - start
+    phase("published", new)
+    old.retire()
+    if unacked:
+        log.warning("ray-adaptive: processes %s did not freeze for the switch to %r in %g s: taken for dead",
+                    unacked, plan.name, ack_timeout_s)
+    return new, {"freeze_s": freeze_s, "exact": exact, "unacked": unacked}

@@ -1,0 +1,215 @@
+"""Live switches on the 4-node cluster: every direction between the three architectures, under load from
+three submitting processes, and a crash of each role in the middle of one.
+
+What must hold after each: every task's body ran exactly once (a marker file per task, created
+exclusively), every result reached its caller, the policy's State is the one rebuilt from the tasks
+still running (and zero once they finished), the old plan's actors are gone and the slot resources
+are the ones there were (no churn).
+"""
+
+import os
+import tempfile
+import threading
+import time
+
+import pytest
+import ray
+
+import ray_adaptive as ra
+from ray_adaptive import resources
+from ray_adaptive.runtime.topology import NAMESPACE, actor_name
+from tests.conftest import wait_for
+
+VEC = [0.1, 0.2, 0.1]
+DIRECTIONS = [("centralized", "decentralized"), ("decentralized", "centralized"), ("centralized", "hybrid"),
+              ("hybrid", "centralized"), ("decentralized", "hybrid"), ("hybrid", "decentralized")]
+
+
+@ray.remote(num_cpus=1)
+def marked(marks: str, key: str, sleep: float):
+    """Leave a marker only this run of this task may create (a second run of it fails), then work;
+    ``sleep`` < 0: until the test releases it (a file ``release`` in ``marks``), at most 120 s."""
+    os.close(os.open(os.path.join(marks, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    if sleep >= 0:
+        time.sleep(sleep)
+    else:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(marks, "release")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return key
+
+
+def _release(marks: str) -> None:
+    open(os.path.join(marks, "release"), "w").close()
+
+
+@ray.remote(num_cpus=0, max_concurrency=2)
+class Submitter:
+    """Another process submitting DRF-LB tasks of one tenant until stopped."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+
+    def run(self, tenant: str, marks: str, sleep: float):
+        f = ra.policy("drf_lb")(marked).options(task={"tenant": tenant, "resource_vec": VEC})
+        futures, i = [], 0
+        while not self.stopped.is_set():
+            futures.append(f.submit(marks, f"{tenant}-{i}", sleep))
+            i += 1
+            time.sleep(0.002)
+        return i, ray.get([fut.result(timeout=120) for fut in futures], timeout=120)
+
+    def stop(self):
+        self.stopped.set()
+
+
+def _alive(name: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+        return True
+    except ValueError:
+        return False
+
+
+def _actors_of(generation: int, placements: int = 4) -> list:
+    return [actor_name("drf_lb", role, generation) for role in ("selector", *(f"placement-{i}" for i in range(placements)))]
+
+
+def _state(rt) -> dict:
+    """The policy's State under the plan in force: the selector's, or the store's merged replicas'."""
+    topo = rt.topology
+    if topo.selector is not None:
+        return ray.get(topo.selector.export.remote(), timeout=30)["state"]
+    return ray.get(topo.store.state.remote(), timeout=30)
+
+
+def _alloc_is(rt, expected: dict) -> bool:
+    alloc = _state(rt)["alloc"]
+    return all(abs(alloc.get(t, [0.0] * 3)[i] - want * VEC[i]) < 1e-9 for t, want in expected.items() for i in range(3)) \
+        and all(t in expected or max(abs(x) for x in v) < 1e-9 for t, v in alloc.items())
+
+
+@pytest.fixture
+def drf(ray_cluster):
+    yield lambda plan: ra.start("drf_lb", plan=plan, executors=1, queue=2)
+    ra.shutdown()
+    names = [actor_name("drf_lb", "store")] + [n for g in range(4) for n in _actors_of(g)]
+    wait_for(lambda: not any(_alive(n) for n in names) and not resources.created_resources(), timeout=15,
+             message="the runtime's actors and resources gone")
+
+
+def _switch_under_load(rt, to: str, on_phase=None, long_tasks: int = 2):
+    """Three processes submit; two long tasks of tenant a run through the switch. Returns what to check."""
+    marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
+    subs = [Submitter.remote() for _ in range(2)]
+    runs = [s.run.remote(t, marks, 0.02) for s, t in zip(subs, "bc")]
+    fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
+    mine, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            mine.append(fn.remote(marks, f"a-{len(mine)}", 0.02))
+            time.sleep(0.002)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    time.sleep(1.5)
+    # (no CPU: a node running two of them must not hold the short tasks the policy sends it, as the
+    # cluster model would have them run beside)
+    longs = [fn.options(num_cpus=0).remote(marks, f"long-{i}", -1) for i in range(long_tasks)]
+    slots_before = resources.created_resources()
+    entry = rt.switch(to, _on_phase=on_phase)
+    time.sleep(1.0)
+    stop.set()
+    loader.join()
+    for s in subs:
+        s.stop.remote()
+    results = ray.get(runs, timeout=120)
+    assert ray.get(mine, timeout=120) == [f"a-{i}" for i in range(len(mine))]
+    for (n, got), t in zip(results, "bc"):
+        assert got == [f"{t}-{i}" for i in range(n)]
+    submitted = len(mine) + sum(n for n, _ in results) + long_tasks + 1  # (+ the release file)
+    return marks, longs, submitted, slots_before, entry
+
+
+@pytest.mark.parametrize("old, new", DIRECTIONS, ids=[f"{a}-to-{b}" for a, b in DIRECTIONS])
+def test_a_live_switch_loses_and_repeats_nothing(drf, old, new):
+    rt = drf(old)
+    marks, longs, submitted, slots, entry = _switch_under_load(rt, new)
+    assert entry["exact"] and not entry["unacked"], entry
+    assert rt.plan.architecture == new and rt.topology.generation == 1
+    # while only the long tasks run, the State is theirs alone: their OnDispatch came across the switch
+    wait_for(lambda: _alloc_is(rt, {"a": len(longs)}), timeout=30, message="State rebuilt from the running tasks")
+    assert not ray.wait(longs, timeout=0)[0]
+    _release(marks)
+    assert ray.get(longs, timeout=60) == [f"long-{i}" for i in range(len(longs))]
+    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero: each OnDispatch one OnFinish")
+    assert len(os.listdir(marks)) == submitted  # every body ran, and (O_EXCL) none twice
+    assert resources.created_resources() == slots  # the slot resources stayed: no churn
+    wait_for(lambda: not any(_alive(n) for n in _actors_of(0)), timeout=15, message="the old plan's actors gone")
+    if rt.topology.selector is not None:
+        assert _alive(actor_name("drf_lb", "selector", 1))
+
+
+def test_a_process_that_joins_during_a_switch_takes_up_the_new_plan(drf):
+    rt = drf("centralized")
+    late = []
+
+    def join_now(phase, _topology):
+        if phase == "frozen":  # the switch is under way: a new process comes
+            s = Submitter.remote()
+            late.append((s, s.run.remote("d", marks, 0.01)))
+
+    marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
+    rt.switch("decentralized", _on_phase=join_now)
+    time.sleep(1.0)
+    (s, run), = late
+    s.stop.remote()
+    n, got = ray.get(run, timeout=60)
+    assert n > 0 and got == [f"d-{i}" for i in range(n)] and len(os.listdir(marks)) == n
+    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero")
+
+
+def test_switching_back_and_forth_keeps_the_state_exact(drf):
+    rt = drf("decentralized")
+    fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
+    marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
+    longs = [fn.options(num_cpus=0).remote(marks, f"long-{i}", -1) for i in range(3)]
+    for plan in ("hybrid", "centralized", "decentralized", "centralized"):
+        rt.switch(plan)
+        wait_for(lambda: _alloc_is(rt, {"a": 3}), timeout=30, message=f"State of the running tasks under {plan}")
+    _release(marks)
+    assert [e["to"].split("+")[0] for e in rt.history] == ["hybrid", "centralized", "decentralized", "centralized"]
+    assert [e["generation"] for e in rt.history] == [1, 2, 3, 4]
+    ray.get(longs, timeout=60)
+    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero")
+    wait_for(lambda: not any(_alive(n) for g in range(4) for n in _actors_of(g)), timeout=15,
+             message="every retired generation's actors gone")
+
+
+@pytest.mark.parametrize("role, phase, old, new", [
+    ("selector", "frozen", "centralized", "decentralized"),  # the old plan's authority, before it yields its State
+    ("placement", "built", "decentralized", "hybrid"),  # a new placement actor, before anything is routed to it
+    ("store", "frozen", "decentralized", "centralized"),  # the registry, in the middle of the freeze
+])
+def test_a_crash_during_a_switch_ends_with_one_topology_and_no_task_lost(drf, role, phase, old, new):
+    rt = drf(old)
+
+    def crash(at, topology):
+        if at != phase:
+            return
+        if role == "selector":
+            ray.kill(rt.topology.selector, no_restart=False)
+        elif role == "placement":
+            ray.kill(topology.placements[0], no_restart=True)
+        else:
+            ray.kill(rt.topology.store, no_restart=False)
+
+    marks, longs, submitted, slots, entry = _switch_under_load(rt, new, on_phase=crash)
+    assert rt.plan.architecture == new and rt.topology.generation == 1
+    _release(marks)
+    ray.get(longs, timeout=60)
+    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero after the crash")
+    assert len(os.listdir(marks)) == submitted
+    assert resources.created_resources() == slots
+    wait_for(lambda: not any(_alive(n) for n in _actors_of(0)), timeout=15, message="the old plan's actors gone")
