@@ -113,7 +113,7 @@ class Gang:
         Once the gang is reserved this also pins the member to its node
         (``NodeAffinitySchedulingStrategy``), so its lease goes straight to
         that raylet instead of waiting for the next resource report to show
-        the gang resource to the submitting raylet (~10 ms instead of ~100 ms).
+        the gang resource to the submitting raylet.
         """
         opts: Dict[str, object] = {"num_cpus": 0, "resources": self.resources(i)}
         if self._placement is not None and not self._released:

@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.dsl.ir import Policy, field_problem
@@ -60,7 +60,8 @@ class PolicyRuntime:
     why: str
     router: Any
     binding: Any = None
-    history: list = field(default_factory=list)
+    adaptation: Any = None  # plan="adaptive": the controller's loop (ray_adaptive.adaptation)
+    _history: list = field(default_factory=list, repr=False)
     _switching: Any = field(default_factory=threading.Lock, repr=False)
     _owned: Any = field(default=None, repr=False)  # the topology this process built last (it owns its actors)
 
@@ -96,8 +97,22 @@ class PolicyRuntime:
         """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
         return {"plan": self.plan.name, "caller": self.router.export(), **self.topology.export()}
 
+    @property
+    def history(self) -> List[dict]:
+        """Every live switch made from this process: when, from, to, why, the estimates that decided it,
+        how long processes were frozen (``freeze_s``) and the pause this process's callers saw
+        (``pause_s``: its last decision under the old plan to its first under the new; None while
+        no task waited for it)."""
+        pauses = dict(self.router.pauses)
+        return [{**e, "pause_s": pauses.get(e["generation"])} for e in self._history]
+
+    @property
+    def evaluations(self) -> list:
+        """The adaptive controller's recent verdicts (empty unless ``plan="adaptive"``)."""
+        return list(self.adaptation.evaluations) if self.adaptation is not None else []
+
     def switch(self, plan: Any, reason: str = "forced", *, estimates: Optional[dict] = None,
-               _on_phase=None) -> dict:
+               measured: Optional[dict] = None, _on_phase=None, _by_controller: bool = False) -> dict:
         """Replace the plan in force by ``plan`` (anything :func:`start` takes as a plan) live: no task
         lost, none run twice; running tasks finish under the new plan. Only the process that started
         the runtime switches. Returns the entry appended to :attr:`history`.
@@ -125,13 +140,16 @@ class PolicyRuntime:
             self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
             self.router.wait_generation(new.generation)
             entry = {"time": start, "generation": new.generation, "from": self.plan.name, "to": chosen.name,
-                     "reason": reason, "estimates": estimates or {}, "freeze_s": what["freeze_s"],
+                     "reason": reason, "estimates": estimates or {}, "measured": measured or {},
+                     "freeze_s": what["freeze_s"],
                      "exact": what["exact"], "unacked": what["unacked"]}
             log.info("ray-adaptive: policy %r switched from %s to %s in %.3f s: %s", self.name, self.plan.name,
                      chosen.name, what["freeze_s"], reason)
             self.plan, self.why = chosen, f"switched ({reason}): {why}"
-            self.history.append(entry)
-            return entry
+            self._history.append(entry)
+        if self.adaptation is not None and not _by_controller:
+            self.adaptation.switched(chosen.name)
+        return entry
 
     def pauses(self) -> Dict[int, float]:
         """Generation -> the pause this process's callers saw at that switch: its last decision under
@@ -141,6 +159,8 @@ class PolicyRuntime:
     def shutdown(self, timeout: float = 60.0) -> None:
         """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
         process also removes the actors and the slots."""
+        if self.adaptation is not None:
+            self.adaptation.stop()
         self.router.close(timeout)
         if self.binding is not None:
             if self._owned is not None and self._owned.generation != self.router.topology.generation:
@@ -164,7 +184,7 @@ def _alive_node_ids() -> set:
 def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] = None,
           executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
-          metrics_every_s: Optional[float] = 5.0) -> PolicyRuntime:
+          metrics_every_s: Optional[float] = 5.0, profile: Any = None, **adaptive) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
@@ -174,8 +194,10 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             submitting process decides, State synced through a store actor),
             ``"hybrid"`` (the selector picks the task, placement actors on the
             nodes pick the node), any plan name ``ray-adaptive compile`` lists,
-            or a plan file (path or dict).
-        rate: the arrival rate (tasks/s) ``"auto"`` compiles for.
+            or a plan file (path or dict); or ``"adaptive"``: the compiler's
+            choice at first, then whatever plan fits the measured load, switched
+            live (see :mod:`ray_adaptive.adaptation` and docs/adaptive.md).
+        rate: the arrival rate (tasks/s) ``"auto"`` (and ``"adaptive"``, at first) compiles for.
         executors: tasks each node runs at once (default: its CPU count).
         queue: tasks each node may hold waiting besides those running.
         node_fields: node id -> values of the policy's ``Node:`` fields.
@@ -183,6 +205,12 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             ``tenant`` when the policy has one).
         metrics_every_s: how often the monitor sets the Ray metrics
             (``ray_adaptive_*``); None: never.
+        profile: the compiler's latency model (a :class:`~ray_adaptive.compiler.Profile`) for
+            ``"auto"`` and ``"adaptive"``: calibrate it to the cluster's message latencies.
+        adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
+            ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
+            ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`) and ``fractions`` (the
+            estimate grid's rates, as fractions of the cluster's execution bound).
 
     Example::
 
@@ -207,6 +235,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         raise ValueError(f"rate must be a positive number of tasks/s, got {rate!r}")
     node_fields = dict(node_fields or {})
     group_by = _group_by(p, group_by)
+    settings, fractions = _adaptive_settings(plan, adaptive)
     if metrics_every_s is not None and not metrics_every_s > 0:
         raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
     with _lock:
@@ -218,7 +247,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             _check_fields(p.node_fields, fields, f"node {info['NodeID'][:12]}", "node_fields")
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
             nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
-        chosen, why = select_plan(p, plan, nodes=len(nodes), executors=nodes[0]["executors"], queue=queue, rate=rate)
+        chosen, why = select_plan(p, "auto" if settings is not None else plan, nodes=len(nodes),
+                                  executors=nodes[0]["executors"], queue=queue, rate=rate, profile=profile)
         lowered = lower(chosen, analyze(p))
         binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
         topology = None
@@ -228,6 +258,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             client = new_client_id()
             ray.get(topology.store.join.remote(client))
             rt = _runtime(p, chosen, why, topology, client, group_by, metrics_every_s, binding)
+            if settings is not None:
+                rt.adaptation = _adapt(rt, settings, fractions, profile)
         except BaseException:
             if topology is not None:
                 topology.close()
@@ -235,6 +267,39 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             raise
         _runtimes[p.name] = rt
         return rt
+
+
+def _adaptive_settings(plan: Any, adaptive: dict):
+    """The controller's :class:`~ray_adaptive.adapt.Settings` and grid for ``plan="adaptive"`` (else None)."""
+    from ray_adaptive.adapt import Settings
+
+    if plan != "adaptive":
+        if adaptive:
+            raise TypeError(f"start() got controller settings {sorted(adaptive)} but plan={plan!r}; they are for "
+                            f"plan='adaptive'")
+        return None, None
+    fractions = adaptive.pop("fractions", None)
+    known = set(Settings.__dataclass_fields__)
+    unknown = sorted(set(adaptive) - known)
+    if unknown:
+        raise TypeError(f"start() got unknown keyword arguments {unknown}; plan='adaptive' takes: "
+                        f"{', '.join(sorted(known | {'fractions'}))}")
+    return Settings(**adaptive), fractions
+
+
+def _adapt(rt: "PolicyRuntime", settings, fractions, profile):
+    """Start the adaptive loop of ``rt`` (its estimate table is computed in the loop's thread)."""
+    from ray_adaptive.adaptation import Adaptation
+    from ray_adaptive.compiler import estimate_table
+
+    n = rt.topology.nodes
+    extra = {"fractions": tuple(fractions)} if fractions else {}
+
+    def table_for(trace):
+        return estimate_table(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
+                              trace=trace, profile=profile, workers=1, **extra)
+
+    return Adaptation(rt, settings, table_for)
 
 
 def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:

@@ -128,7 +128,7 @@ def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
                    "replay stops once its ratio is settled against the limit).")
 @click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
 @click.option("--headroom", type=float, default=0.1, show_default=True, help="Throughput margin over the rate.")
-@click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see README).")
+@click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see docs/compiler.md).")
 @click.option("--no-measure", is_flag=True, help="Use the profile's fixed unit compute instead of timing units.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan file (one JSON object) instead of the report.")

@@ -113,6 +113,7 @@ class Verdict:
     reason: str
     candidate: Optional[str] = None
     estimates: dict = field(default_factory=dict)  # plan name -> its estimates and goodput at the measured load
+    measured: dict = field(default_factory=dict)  # the measurement evaluated (Measurement.as_dict)
 
 
 class Controller:
@@ -163,7 +164,8 @@ class Controller:
         row, choice = self.table.at(m.rate, m.burstiness)
         cap = self.table.capacity
         estimates = {name: {**e.as_dict(), "goodput": round(e.goodput(m.rate, cap), 1)} for name, e in row.items()}
-        keep = dict(time=m.time, current=self.current, switch_to=None, candidate=choice, estimates=estimates)
+        keep = dict(time=m.time, current=self.current, switch_to=None, candidate=choice, estimates=estimates,
+                    measured=m.as_dict())
         if choice == self.current:
             self._streak = (None, 0)
             return Verdict(reason=f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force", **keep)
@@ -180,4 +182,4 @@ class Controller:
                                   f"last switch)", **keep)
         if count < s.consecutive:
             return Verdict(reason=f"{why}; {count} of {s.consecutive} evaluations agree", **keep)
-        return Verdict(m.time, self.current, choice, why, choice, estimates)
+        return Verdict(m.time, self.current, choice, why, choice, estimates, m.as_dict())

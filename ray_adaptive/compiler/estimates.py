@@ -148,8 +148,8 @@ def _summarise(raw: dict, scale: float, limit: Optional[float]) -> dict:
 
 def _expected_cost(job) -> float:
     """Relative wall time of a job (measured on DRF-LB), to hand out the longest first: the ideal replay
-    for the score scale runs the whole window (76 ms at 700 tasks/s) where a plan's stops once
-    settled (15-40 ms), so it goes first rather than straggle at the end."""
+    for the score scale runs the whole window where a plan's stops once settled, so it goes first
+    rather than straggle at the end."""
     kind, payload = job
     if kind == "scale":
         return 4.0

@@ -4,7 +4,7 @@ A plan's latency is the sum of the latencies of the units a task passes
 through (paper, Section 5.2). Compute units are *measured* by running each
 on the interpreter over a representative batch (microseconds). Everything
 that crosses a process boundary is *modelled* with the parameters below;
-the monitor (a later issue) will measure them on Ray. The defaults put the
+the runtime's measured round trips are not fed back (see docs/compiler.md). The defaults put the
 knees where the paper measured them (12 nodes: centralized ~400 tasks/s,
 hybrid ~450-470 tasks/s, execution bound ~510 tasks/s):
 

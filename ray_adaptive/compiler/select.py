@@ -44,8 +44,8 @@ def _from_file(policy: Policy, d: Mapping) -> Plan:
 
 
 def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
-                rate: Optional[float] = None) -> Tuple[Plan, str]:
-    """The plan to run and why (one line)."""
+                rate: Optional[float] = None, profile=None) -> Tuple[Plan, str]:
+    """The plan to run and why (one line); ``profile``: the latency model ``"auto"`` compiles with."""
     if isinstance(plan, Mapping):
         return _from_file(policy, plan), "given as a plan dict"
     if not isinstance(plan, str) or not plan:
@@ -53,7 +53,8 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
     if plan == "auto":
         from ray_adaptive.compiler.pipeline import compile_policy
 
-        c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1)
+        c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1,
+                           profile=profile)
         return c.choice.estimate.plan, f"compiler's choice at {c.rate:.0f} tasks/s: {c.choice.why}"
     if plan.endswith(".json") or os.path.sep in plan:
         if not os.path.exists(plan):

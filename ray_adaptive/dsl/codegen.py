@@ -3,8 +3,7 @@
 A hook runs on one task and one node, on the path of every task: OnDispatch
 in each decision, OnFinish at each completion. The interpreter's closures
 are built for Score's (tasks x nodes) lanes; run on one lane they cost an
-environment, a column cache and a closure call per IR node -- 37 us per task
-of DRF-LB's two hooks in a submitting loop on Ray (4 nodes, 2 cores). Here
+environment, a column cache and a closure call per IR node. Here
 each hook becomes one straight-line function over the same values with the
 same numpy operations, so it leaves exactly the State the lanes leave
 (``tests/test_interp.py`` checks that on random steps of every shipped

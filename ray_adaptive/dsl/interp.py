@@ -14,7 +14,7 @@ So Score runs once per decision over all T x N pairs rather than T x N times.
 Hooks run on one task and one node, as Python functions generated from
 their IR (:mod:`ray_adaptive.dsl.codegen`) with these same operations.
 
-Semantics pinned here (and in the README):
+Semantics pinned here (and in docs/language.md):
 
 * ``/`` is true division; ``x / 0`` is ``inf`` (``-inf``, or ``nan`` for
   ``0 / 0``); ``%`` follows Python (result has the divisor's sign).

@@ -1,4 +1,4 @@
-"""The main demo (until the Ray runtime lands): DRF-LB replayed on a shipped scenario.
+"""The replay demo (``ray-adaptive demo --replay``): DRF-LB replayed on a shipped scenario.
 
 Three tenants share 4 single-executor nodes; "greedy" submits 3x the rate of
 each other tenant and the cluster is ~25% overloaded, with a 1 s timeout.

@@ -125,11 +125,11 @@ def _service_time(subs: dict, executors: int, exp: RayExperiment, vec: list, bur
     what Ray and the runtime add (launch, lease, result, the decision that frees the slot).
     Every tenant's process submits a burst at once (the experiment's owners, so the same
     worker-lease behaviour), 12 tasks per executor in all: each owner keeps a backlog per node,
-    as under overload (with 6, owners returned their worker leases between tasks and the figure
-    came out ~10 ms above what the runs then delivered). The executors' start rate between the
+    as under overload (fewer, and owners return their worker leases between tasks). The
+    executors' start rate between the
     first wave (workers and leases starting) and the last one (executors running dry) gives the
-    time per task; the median over ``bursts`` bursts (one burst's figure was seen 40% off on a
-    loaded machine)."""
+    time per task; the median over ``bursts`` bursts (one burst can be far off on a loaded
+    machine)."""
     import ray
 
     n = max(2, 12 * executors // len(subs))

@@ -12,8 +12,8 @@ completions) and gives:
   talks to (the store or the selector, once a second) and of this
   process's syncs with the state store. (Not written as the compiler's
   ``--profile``: its ``message_s`` is a scheduler's time per task, where
-  the runtime carries many tasks per call; a round trip under load, 3-11 ms
-  here, would make it charge each task a whole call.)
+  the runtime carries many tasks per call; a round trip under load would
+  make it charge each task a whole call.)
 * :meth:`Monitor.write_trace` -- the run as a trace file (CSV/Parquet, the
   format of :mod:`ray_adaptive.workload.trace`) that ``ray-adaptive compile
   --trace`` reads, so the compiler decides on the measured workload;
@@ -67,8 +67,8 @@ def percentiles(values: List[float], qs: tuple) -> List[float]:
 
 
 def _burstiness(arrivals: List[float]) -> Optional[float]:
-    """CV² of the gaps between arrivals (in floats: ``statistics.pvariance``'s exact fractions
-    cost ~10 ms per 30,000 gaps, on the router's thread)."""
+    """CV² of the gaps between arrivals (in floats: ``statistics.pvariance``'s exact fractions are
+    slow on the router's thread)."""
     if len(arrivals) < 3:
         return None
     import numpy as np

@@ -64,9 +64,8 @@ class DeltaLog:
 
     Computed when asked, against the State as of the last :meth:`take` (or
     :meth:`rebase`): hooks assign new values, never change one in place, so
-    an entry changed iff its object is another. (Recorded hook by hook
-    instead, a snapshot and a comparison per hook cost a decentralized
-    DRF-LB loop 5-9 us per task; a push comes every 10-100 ms.)
+    an entry changed iff its object is another. (Diffing at the push costs
+    once per push, every 10-100 ms, not once per hook.)
     """
 
     def __init__(self, merge: Mapping[str, str], state: Dict[str, Any]):

@@ -18,9 +18,9 @@ one pair. Two ways to get them, with the same results:
   the interpreter performs -- and every score is bit-for-bit the matrix's (a
   one-sided Score, T or N alone, combines nothing).
 
-Most of a replay's time went to the interpreter's per-call cost on matrices
-of a few cells (two calls per dispatched task, and one per refused attempt);
-the fast path makes a decision a few dictionary look-ups in the common case.
+The interpreter's per-call cost dominates on matrices of a few cells (two
+calls per dispatched task, and one per refused attempt); the fast path makes
+a decision a few dictionary look-ups in the common case.
 """
 
 from __future__ import annotations

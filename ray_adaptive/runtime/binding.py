@@ -4,9 +4,9 @@ Each node gets one resource ``ra-<policy>-slot-<index>`` for the lifetime of a
 policy's runtime. A decision (task, node) is realised by submitting the task
 with ``{slot: 1}``: Ray's own resource matching then places it on that node.
 The slot exists before any task asks for it, so every task to a node has the
-same resource shape: Ray's owner reuses worker leases across them, which is
-why this binding costs ~5% against plain Ray where creating a resource per
-task costs ~94% (DESIGN.md, "Binding decisions").
+same resource shape: Ray's owner reuses worker leases across them, so the
+binding costs little, where a resource per task makes each task its own
+scheduling class (docs/benchmarks.md).
 
 The slot's capacity is the node's ``executors + queue`` of the cluster model:
 the router never has more than that outstanding on a node, so the capacity

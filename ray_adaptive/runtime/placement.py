@@ -3,8 +3,8 @@
 A hybrid plan's selector picks the *task*; k :class:`Placement` actors,
 each pinned to a node, pick the *node* by the node part of Score. The
 selector's :class:`Forwarder` sends them what it decided, in batches,
-round-robin by batch (the simulator deals single tasks: dealt one by one,
-12 placements got batches of one task and a call each), and relays their
+round-robin by batch (a call per task would cost each of k placements a call
+per task; the simulator, which charges per task, deals single tasks), and relays their
 node choices back to the submitting processes. A placement actor that dies
 (its node, perhaps) loses nothing: its unplaced tasks go to the next live one.
 """

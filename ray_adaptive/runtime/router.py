@@ -82,8 +82,8 @@ class Router:
     TICK_S = 0.005  # the dispatcher's period: heartbeats of a waiting decider, deadlines
     FRESH_S = 0.005  # a decision sees every completion older than this: older views are harvested first
     # the dispatcher harvests what nobody harvested for this long. A caller waiting for room harvests
-    # every TICK_S itself (its wait's timeout); at TICK_S the two threads' ray.wait collided, costing
-    # more than they found (A/B, queue=30: least_loaded 0.838x -> 0.861x, DRF-LB 0.773x -> 0.802x)
+    # every TICK_S itself (its wait's timeout): a dispatcher also looking every TICK_S would collide
+    # with it (docs/benchmarks.md)
     STALE_S = 0.01
     IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
 
@@ -361,8 +361,8 @@ class Router:
         want = min(self.wake_after, len(refs)) if block else len(refs)
         ready, _ = ray.wait(refs, num_returns=want, timeout=block, fetch_local=False)
         # woken by a batch, more may have finished meanwhile: a second look collects them. Woken by
-        # one finish (shallow queues), the room it made is what matters: a second ``ray.wait`` (80-130
-        # us) there cost more than it found (centralized DRF-LB, queue=2: 0.587x -> 0.612x without it)
+        # one finish (shallow queues), the room it made is what matters: a second non-blocking
+        # ``ray.wait`` costs about as much as it would find
         if 1 < want < len(refs) and len(ready) == want:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
         if not ready:

@@ -42,8 +42,7 @@ class Selector:
     the room they free reaches a long poll in flight.
 
     **Leases.** A ``.remote()`` loop waits for each decision, so a selector
-    reached over an actor call would cost one round trip (~1-1.5 ms here)
-    per task. When one client is alone -- nothing pending or running here,
+    reached over an actor call would cost one actor round trip per task. When one client is alone -- nothing pending or running here,
     no other client heard from for ``LEASE_QUIET_S`` -- its exchange is
     answered with a *lease* instead: the exact State, handed over, and its
     tasks back undecided. The client then runs this same scheduler (same

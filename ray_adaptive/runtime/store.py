@@ -212,8 +212,8 @@ class StoreClient:
     time, and the merged State as the last time plus this replica's own push
     -- doubles the period, up to ``QUIET_S``; any news restores the plan's
     period. A process submitting alone thus syncs ten times a second, not a
-    hundred: each sync cost the store actor about 0.6 ms of CPU, 50-57 us
-    per task of a lone driver's loop on 2 cores, taken from the workers. A
+    hundred: the store actor's CPU per sync comes out of the workers on a
+    saturated machine. A
     process that starts submitting is news to the others at its first sync;
     until their next one (within ``QUIET_S``), it sees their State and loads
     as they last pushed them.

@@ -74,7 +74,7 @@ def gc_paused():
     A run allocates a few short-lived objects per event, which reference
     counting frees; setting it up allocates one per task and event. The
     collector's passes over a large heap (a trace of 10k tasks, the other runs'
-    results) cost ~10% of a run and two thirds of its set-up.
+    results) are pure cost here.
     """
     collecting = gc.isenabled()
     gc.disable()

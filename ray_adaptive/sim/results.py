@@ -52,7 +52,7 @@ class Metrics:
     *finished* by the deadline: under sustained overload a FIFO-within-tenant
     backlog is always nearly a timeout old, so its tasks start just in time
     and finish just late, and that figure collapses for every scheduler, the
-    ideal one included -- see the README.)
+    ideal one included -- see docs/language.md, the cluster model.)
     ``offered``, ``dropped``, ``late``, ``tasks``: of the tasks that arrived
     inside it. ``service``: per tenant,
     on-time goodput / its max-min fair share of the total goodput (demands =

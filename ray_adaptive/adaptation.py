@@ -1,0 +1,157 @@
+"""The adaptive runtime: ``ra.start(policy, plan="adaptive")`` keeps the plan fit for the measured load.
+
+In the process that started the runtime, a thread evaluates the
+:class:`~ray_adaptive.adapt.Controller` every ``every_s`` on the cluster's
+load -- every submitting process reports its monitor's counters to the
+state store each second; two snapshots ``window_s`` apart give the rate,
+burstiness and task durations summed over processes -- and switches the
+plan live when the controller says so (:meth:`PolicyRuntime.switch`).
+
+The controller looks its estimates up in a table the compiler computes
+ahead, in this thread, for this cluster (:func:`ray_adaptive.compiler.estimate_table`):
+first on the compiler's default workload for the policy, then again on the
+recorded workload whenever the measured mean task duration drifts more than
+``REFRESH_DRIFT`` from the one the table was computed for. No evaluation
+waits for a compile, and nothing runs on the submission path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+from ray_adaptive.adapt import Controller, EstimateTable, Measurement, Settings, Verdict
+
+__all__ = ["Adaptation", "measure"]
+
+log = logging.getLogger("ray_adaptive")
+
+REFRESH_DRIFT = 0.25  # recompute the table when the measured mean duration drifts this much from its basis...
+REFRESH_AGREE = 5  # ...on this many evaluations in a row (a cold start's slow first tasks are no drift)...
+REFRESH_EVERY_S = 30.0  # ...and at most this often
+MIN_FINISHED = 50  # tasks recorded before a table is computed on them
+
+
+def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dict]]) -> Optional[Measurement]:
+    """The cluster's load between two snapshots of the processes' reports (``(monotonic time, {client: load})``):
+    arrivals and finishes summed over the processes in both, per second of each one's own clock.
+
+    Example:
+        >>> a = {"p": {"t": 0.0, "arrivals": 0, "finished": 0, "duration_s": 0.0, "burstiness": 1.0}}
+        >>> b = {"p": {"t": 2.0, "arrivals": 100, "finished": 90, "duration_s": 4.5, "burstiness": 1.2}}
+        >>> m = measure((10.0, a), (12.0, b))
+        >>> m.rate, m.duration_s, m.burstiness
+        (50.0, 0.05, 1.2)
+    """
+    (t0, before), (t1, after) = then, now
+    rate = finished = duration = weighted_burst = 0.0
+    for client, load in after.items():
+        old = before.get(client)
+        if old is None or load["t"] <= old["t"]:
+            continue
+        span = load["t"] - old["t"]
+        r = (load["arrivals"] - old["arrivals"]) / span
+        rate += r
+        finished += load["finished"] - old["finished"]
+        duration += load["duration_s"] - old["duration_s"]
+        weighted_burst += r * (load.get("burstiness") or 1.0)
+    if t1 <= t0:
+        return None
+    return Measurement(time=t1, rate=rate, burstiness=weighted_burst / rate if rate > 0 else 1.0,
+                       duration_s=duration / finished if finished >= 1 else None)
+
+
+class Adaptation:
+    """The loop of an adaptive runtime (see the module doc); stopped by the runtime's shutdown."""
+
+    def __init__(self, rt, settings: Settings, table_for: Callable[[Optional[list]], EstimateTable],
+                 table: Optional[EstimateTable] = None):
+        """``table_for(trace)``: the compiler's estimate table for this cluster, on ``trace`` (task
+        specs; None: the default workload)."""
+        self.rt = rt
+        self.settings = settings
+        self._table_for = table_for
+        self.table = table
+        self.controller: Optional[Controller] = None
+        self.evaluations: Deque[Verdict] = deque(maxlen=1000)
+        self._snapshots: Deque[Tuple[float, Dict[str, dict]]] = deque()
+        self._stop = threading.Event()
+        self._drifting = 0  # evaluations in a row whose measured duration drifted from the table's
+        self._refreshed_at = time.monotonic()
+        self.failed: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name=f"ra-adapt-{rt.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def switched(self, to: str, pause_s: Optional[float] = None) -> None:
+        """A switch happened (decided here or forced by an operator): the controller dwells from now."""
+        if self.controller is not None:
+            self.controller.switched(to, time.monotonic(), pause_s)
+
+    def _run(self) -> None:
+        try:
+            if self.table is None:
+                self.table = self._table_for(None)
+            self.controller = Controller(self.table, self.settings, self.rt.plan.name, now=time.monotonic())
+            while not self._stop.wait(self.settings.every_s):
+                self._step()
+        except BaseException as err:  # (logged; the runtime goes on with the plan in force)
+            self.failed = err
+            if not self._stop.is_set():
+                log.exception("ray-adaptive: the adaptive controller of policy %r stopped", self.rt.name)
+
+    def _snapshot(self) -> Optional[Measurement]:
+        import ray
+
+        loads = ray.get(self.rt.topology.store.loads.remote(), timeout=30)
+        now = time.monotonic()
+        self._snapshots.append((now, loads))
+        while len(self._snapshots) > 2 and now - self._snapshots[1][0] >= self.settings.window_s:
+            self._snapshots.popleft()
+        if now - self._snapshots[0][0] < 0.5 * self.settings.window_s:
+            return None  # not yet a window's worth of reports
+        return measure(self._snapshots[0], self._snapshots[-1])
+
+    def _step(self) -> None:
+        m = self._snapshot()
+        if m is None:
+            return
+        verdict = self.controller.evaluate(m)
+        self.evaluations.append(verdict)
+        if verdict.switch_to is not None:
+            self.rt.switch(verdict.switch_to, reason=verdict.reason, estimates=verdict.estimates,
+                           measured=verdict.measured, _by_controller=True)
+            self.controller.switched(verdict.switch_to, time.monotonic())
+        self._maybe_refresh(m)
+
+    def _maybe_refresh(self, m: Measurement) -> None:
+        """A table computed for other task durations than the measured ones is computed again, on the
+        recorded workload (this process's monitor: a sample of the cluster's)."""
+        basis = self.table.basis.get("duration_mean_s")
+        drifted = m.duration_s is not None and basis and abs(m.duration_s - basis) > REFRESH_DRIFT * basis
+        self._drifting = self._drifting + 1 if drifted else 0
+        if self._drifting < REFRESH_AGREE or time.monotonic() - self._refreshed_at < REFRESH_EVERY_S:
+            return
+        self._drifting, self._refreshed_at = 0, time.monotonic()
+        trace = self._recorded()
+        if len(trace) < MIN_FINISHED:
+            return
+        self.table = self._table_for(trace)
+        self.controller.use(self.table)
+        log.info("ray-adaptive: policy %r's estimates recomputed for tasks of %.3f s (were %.3f s)",
+                 self.rt.name, m.duration_s, basis)
+
+    def _recorded(self) -> List:
+        from ray_adaptive.workload.specs import TaskSpec
+
+        since = time.time() - self.rt.router.topology.t0 - self.settings.window_s * REFRESH_AGREE
+        records = sorted((r for r in self.rt.monitor.records() if r.arrival >= since),
+                         key=lambda r: (r.arrival, r.id))[-2000:]
+        return [TaskSpec(r.id, r.arrival, max(r.finished_at - r.dispatched_at, 1e-6), fields=dict(r.fields))
+                for r in records]
