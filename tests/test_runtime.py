@@ -245,7 +245,6 @@ def test_results_stay_on_the_node_that_made_them(running, ray_cluster):
     while rt.stats()["finished"] < 8 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert rt.stats()["finished"] == 8
-    driver = ray.get_runtime_context().get_node_id()
     where_ = ray.experimental.get_object_locations(refs)
     holders = [tuple(where_[r]["node_ids"]) for r in refs]
     assert all(len(h) == 1 for h in holders), holders
