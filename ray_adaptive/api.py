@@ -209,8 +209,9 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             ``"auto"`` and ``"adaptive"``: calibrate it to the cluster's message latencies.
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
             ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
-            ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`) and ``fractions`` (the
-            estimate grid's rates, as fractions of the cluster's execution bound).
+            ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`), ``fractions`` (the
+            estimate grid's rates, as fractions of the cluster's execution bound) and ``initial``
+            (the plan to start with, any plan this function takes; default ``"auto"``).
 
     Example::
 
@@ -235,7 +236,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         raise ValueError(f"rate must be a positive number of tasks/s, got {rate!r}")
     node_fields = dict(node_fields or {})
     group_by = _group_by(p, group_by)
-    settings, fractions = _adaptive_settings(plan, adaptive)
+    settings, extra = _adaptive_settings(plan, adaptive)
     if metrics_every_s is not None and not metrics_every_s > 0:
         raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
     with _lock:
@@ -247,7 +248,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             _check_fields(p.node_fields, fields, f"node {info['NodeID'][:12]}", "node_fields")
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
             nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
-        chosen, why = select_plan(p, "auto" if settings is not None else plan, nodes=len(nodes),
+        first = plan if settings is None else extra.get("initial", "auto")
+        chosen, why = select_plan(p, first, nodes=len(nodes),
                                   executors=nodes[0]["executors"], queue=queue, rate=rate, profile=profile)
         lowered = lower(chosen, analyze(p))
         binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
@@ -259,7 +261,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             ray.get(topology.store.join.remote(client))
             rt = _runtime(p, chosen, why, topology, client, group_by, metrics_every_s, binding)
             if settings is not None:
-                rt.adaptation = _adapt(rt, settings, fractions, profile)
+                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile)
         except BaseException:
             if topology is not None:
                 topology.close()
@@ -278,13 +280,13 @@ def _adaptive_settings(plan: Any, adaptive: dict):
             raise TypeError(f"start() got controller settings {sorted(adaptive)} but plan={plan!r}; they are for "
                             f"plan='adaptive'")
         return None, None
-    fractions = adaptive.pop("fractions", None)
+    extra = {k: adaptive.pop(k) for k in ("fractions", "initial") if k in adaptive}
     known = set(Settings.__dataclass_fields__)
     unknown = sorted(set(adaptive) - known)
     if unknown:
         raise TypeError(f"start() got unknown keyword arguments {unknown}; plan='adaptive' takes: "
-                        f"{', '.join(sorted(known | {'fractions'}))}")
-    return Settings(**adaptive), fractions
+                        f"{', '.join(sorted(known | {'fractions', 'initial'}))}")
+    return Settings(**adaptive), extra
 
 
 def _adapt(rt: "PolicyRuntime", settings, fractions, profile):

@@ -52,8 +52,13 @@ def _runtime(d):
                                              "decision_p50_us", "driver_cpu_us_per_task_policy")), r
 
 
+def _switch(d):
+    assert d["switches"] and all(v["samples"] >= 1 and _positive(v["pause_p99_ms"]) for v in d["switches"].values())
+    assert _positive(d["adaptive"]["ratio_median"])
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
-          "bench_resources": _resources, "bench_runtime": _runtime}
+          "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch}
 
 
 def _release_tests() -> list:
