@@ -124,6 +124,10 @@ class Adaptation:
             return
         verdict = self.controller.evaluate(m)
         self.evaluations.append(verdict)
+        self.rt.monitor.set_estimate((verdict.estimates.get(verdict.current) or {}).get("goodput"))
+        self.rt.router.topology.store.set_info.remote({"evaluation": {  # (what operators see: ray-adaptive status)
+            "reason": verdict.reason, "measured": verdict.measured, "candidate": verdict.candidate,
+            "estimate": verdict.estimates.get(verdict.current)}})
         if verdict.switch_to is not None:
             self.rt.switch(verdict.switch_to, reason=verdict.reason, estimates=verdict.estimates,
                            measured=verdict.measured, _by_controller=True)

@@ -147,9 +147,30 @@ class PolicyRuntime:
                      chosen.name, what["freeze_s"], reason)
             self.plan, self.why = chosen, f"switched ({reason}): {why}"
             self._history.append(entry)
+            self.publish_info()
         if self.adaptation is not None and not _by_controller:
             self.adaptation.switched(chosen.name)
         return entry
+
+    def why_pending(self, task) -> dict:
+        """Why a task submitted from this process is not placed yet, in words (``why``) and as data
+        (``reason``: no-room, infeasible -- with the policy's FILE:LINE that said inf --, ranked --
+        behind how many tasks, its best and the winning scores --, next, deadline, switching).
+        ``task``: a task id, or the Future :meth:`PolicyFunction.submit` returned."""
+        return self.router.explain(_task_id(self.router, task))
+
+    def why_placed(self, task) -> dict:
+        """Where a task of this process was placed and why: its score on each candidate node at the
+        moment of the decision and the runner-up (from the deciding scheduler's recent decisions,
+        ``decision_records`` of :func:`start`). ``task``: a task id, its Future, or its ObjectRef
+        while it runs."""
+        return self.router.explain(_task_id(self.router, task))
+
+    def publish_info(self, **extra) -> None:
+        """Tell the store what operators see of this runtime (``ray-adaptive status``): why this plan,
+        the switches, the estimates."""
+        info = {"why": self.why, "history": self.history[-20:], **extra}
+        self.router.topology.store.set_info.remote(info)
 
     def pauses(self) -> Dict[int, float]:
         """Generation -> the pause this process's callers saw at that switch: its last decision under
@@ -184,7 +205,8 @@ def _alive_node_ids() -> set:
 def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] = None,
           executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
-          metrics_every_s: Optional[float] = 5.0, profile: Any = None, **adaptive) -> PolicyRuntime:
+          metrics_every_s: Optional[float] = 5.0, profile: Any = None, decision_records: int = 1000,
+          **adaptive) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
@@ -205,6 +227,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             ``tenant`` when the policy has one).
         metrics_every_s: how often the monitor sets the Ray metrics
             (``ray_adaptive_*``); None: never.
+        decision_records: how many recent decisions each scheduler keeps, each with its scores on
+            every candidate node, to answer :meth:`PolicyRuntime.why_placed` (0: none).
         profile: the compiler's latency model (a :class:`~ray_adaptive.compiler.Profile`) for
             ``"auto"`` and ``"adaptive"``: calibrate it to the cluster's message latencies.
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
@@ -239,6 +263,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
     settings, extra = _adaptive_settings(plan, adaptive)
     if metrics_every_s is not None and not metrics_every_s > 0:
         raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
+    if isinstance(decision_records, bool) or not isinstance(decision_records, int) or decision_records < 0:
+        raise ValueError(f"decision_records must be an int >= 0, got {decision_records!r}")
     with _lock:
         if p.name in _runtimes:
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
@@ -256,10 +282,11 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         topology = None
         try:
             slots = {node: slot.resource for node, slot in binding.slots.items()}
-            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id())
+            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id(), decision_records)
             client = new_client_id()
             ray.get(topology.store.join.remote(client))
             rt = _runtime(p, chosen, why, topology, client, group_by, metrics_every_s, binding)
+            rt.publish_info(group_by=group_by)
             if settings is not None:
                 rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile)
         except BaseException:
@@ -269,6 +296,17 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             raise
         _runtimes[p.name] = rt
         return rt
+
+
+def _task_id(router, task) -> str:
+    if isinstance(task, str):
+        return task
+    if isinstance(task, Future) and hasattr(task, "task_id"):
+        return task.task_id
+    found = router.task_id_of(task)
+    if found is None:
+        raise ValueError(f"{task!r} is not a task of this process that runs now: give its task id or its Future")
+    return found
 
 
 def _adaptive_settings(plan: Any, adaptive: dict):
@@ -361,7 +399,7 @@ def _join(name: str) -> Optional[PolicyRuntime]:
     if topology is None:
         return None
     p = topology.plan.policy
-    rt = _runtime(p, topology.plan.plan, "joined", topology, client, _group_by(p, None), None)
+    rt = _runtime(p, topology.plan.plan, "joined", topology, client, _group_by(p, None), 5.0)
     _runtimes[name] = rt
     return rt
 

@@ -198,5 +198,45 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
         _fail(f"error: {err}")
 
 
+@main.command()
+@click.argument("policy", required=False)
+@click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def status(policy, address, as_json) -> None:
+    """Every policy runtime on the cluster (or POLICY's): plan, actors, slots, tenants, latency."""
+    from ray_adaptive.status import connect, describe, format_status, runtimes
+
+    try:
+        connect(address)
+        names = [policy] if policy else runtimes()
+        if not names:
+            _fail("no ray-adaptive runtime runs on this cluster (start one with ra.start(...))")
+        found = [describe(n) for n in names]
+    except RayAdaptiveError as err:
+        _fail(f"error: {err}")
+    click.echo(json.dumps(found if not policy else found[0], default=str) if as_json
+               else "\n\n".join(format_status(d) for d in found))
+
+
+@main.command()
+@click.argument("policy")
+@click.argument("task_id")
+@click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+def why(policy, task_id, address, as_json) -> None:
+    """Why TASK_ID of POLICY is still pending, or why it landed where it did."""
+    from ray_adaptive.status import connect, format_why
+    from ray_adaptive.status import why as ask
+
+    try:
+        connect(address)
+        answer = ask(policy, task_id)
+    except RayAdaptiveError as err:
+        _fail(f"error: {err}")
+    click.echo(json.dumps(answer, default=str) if as_json else format_why(answer))
+    if answer.get("state") == "unknown":
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

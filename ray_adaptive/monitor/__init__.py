@@ -97,8 +97,10 @@ class Monitor:
         self._done: Deque[TaskRecord] = deque(maxlen=keep)
         self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
         self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
+        self._groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0, 0])  # arrivals, decided, finished, dropped
         self._lock = threading.Lock()
         self._metrics = None
+        self._estimate: Optional[float] = None
 
     # -- fed by the router (cheap: an append under a lock) --------------------
     def arrived(self, t: float, fields: dict) -> None:
@@ -106,23 +108,51 @@ class Monitor:
         with self._lock:
             self._arrivals.append((t, group))
             self._counts["arrivals"] += 1
+            self._groups[group][0] += 1
+
+    def _count(self, fields: dict, k: int) -> None:
+        group = str(fields.get(self.group_by, "")) if self.group_by else ""
+        with self._lock:
+            self._groups[group][k] += 1
+
+    def decided(self, fields: dict) -> None:
+        """A task was placed (and launched)."""
+        self._count(fields, 1)
+
+    def dropped(self, fields: dict) -> None:
+        """A task was dropped at its deadline, never run."""
+        self._count(fields, 3)
 
     def finished(self, record: TaskRecord) -> None:
         with self._lock:
             self._done.append(record)
             self._counts["finished"] += 1
             self._counts["duration_s"] += max(record.finished_at - record.dispatched_at, 0.0)
+            self._groups[str(record.fields.get(self.group_by, "")) if self.group_by else ""][2] += 1
 
     # -- read ------------------------------------------------------------------
-    def load(self, burst_window: int = 2000) -> dict:
+    def load(self, burst_window: int = 2000, recent_s: float = 10.0) -> dict:
         """This process's load as cumulative counters (arrivals, finished tasks and the sum of their
-        durations, since the monitor began), at wall-clock ``t``, and the burstiness of the last
-        ``burst_window`` arrivals: what the runtime reports to its store every second, so that a
-        reader of two reports gets rates over any window, summed over processes."""
+        durations, since the monitor began; per group: arrivals, decided, finished, dropped), at
+        wall-clock ``t``, the burstiness of the last ``burst_window`` arrivals, and each group's
+        goodput over the last ``recent_s`` (finished per second): what the runtime reports to its
+        store every second, so that a reader of two reports gets rates over any window, summed
+        over processes."""
         with self._lock:
             counts = dict(self._counts)
+            groups = {g: {"arrivals": c[0], "decided": c[1], "finished": c[2], "dropped": c[3]}
+                      for g, c in self._groups.items()}
             recent = [t for t, _ in list(self._arrivals)[-burst_window:]]
-        return {"t": time.time(), **counts, "burstiness": _burstiness(recent)}
+            finished_recently: Dict[str, int] = defaultdict(int)
+            if self._done:
+                since = self._done[-1].finished_at - recent_s
+                for r in reversed(self._done):
+                    if r.finished_at < since:
+                        break
+                    finished_recently[str(r.fields.get(self.group_by, "")) if self.group_by else ""] += 1
+        for g, k in finished_recently.items():
+            groups.setdefault(g, {"arrivals": 0, "decided": 0, "finished": 0, "dropped": 0})["goodput_per_s"] = k / recent_s
+        return {"t": time.time(), **counts, "burstiness": _burstiness(recent), "groups": groups}
 
     def records(self) -> List[TaskRecord]:
         with self._lock:
@@ -181,31 +211,15 @@ class Monitor:
         write_trace(path, specs)
         return len(specs)
 
+    def set_estimate(self, goodput: Optional[float]) -> None:
+        """The compiler's estimated goodput (tasks/s) of the plan in force at the measured load (the
+        adaptive controller's); exported beside the measured one."""
+        self._estimate = goodput
+
     def export(self, router=None) -> None:
-        """Set the Ray metrics ``ray_adaptive_*`` (tagged with the policy) from a snapshot."""
-        from ray.util import metrics
+        """Set the Ray metrics ``ray_adaptive_*`` (see :mod:`ray_adaptive.monitor.metrics`)."""
+        from ray_adaptive.monitor.metrics import RayMetrics
 
         if self._metrics is None:
-            tags = ("policy",)
-            self._metrics = {
-                "arrival_rate": metrics.Gauge("ray_adaptive_arrival_rate", "tasks/s arriving", tags),
-                "pending": metrics.Gauge("ray_adaptive_pending", "tasks waiting for a decision", tags),
-                "outstanding": metrics.Gauge("ray_adaptive_outstanding", "tasks queued or running on nodes", tags),
-                "decision_p99": metrics.Gauge("ray_adaptive_decision_p99_s", "decision latency p99", tags),
-                "task_duration": metrics.Gauge("ray_adaptive_task_duration_s", "mean dispatch-to-finish", tags),
-                "message_p50": metrics.Gauge("ray_adaptive_message_p50_s", "round trip of an empty actor call", tags),
-                "store_sync_p50": metrics.Gauge("ray_adaptive_store_sync_p50_s", "round trip of a store sync", tags),
-            }
-        snap = self.snapshot(router, window_s=10.0)
-        tag = {"policy": self.policy_name}
-        m = self._metrics
-        m["arrival_rate"].set(snap["rate_per_s"], tag)
-        durations = [g["duration_mean_s"] for g in snap["groups"].values() if g["finished"]]
-        m["task_duration"].set(statistics.fmean(durations) if durations else 0.0, tag)
-        if router is not None:
-            m["pending"].set(snap["pending"], tag)
-            m["outstanding"].set(sum(snap["outstanding"].values()), tag)
-            m["decision_p99"].set(snap["decision_p99_s"], tag)
-            for name in ("message", "store_sync"):
-                if snap[f"{name}_p50_s"] is not None:
-                    m[f"{name}_p50"].set(snap[f"{name}_p50_s"], tag)
+            self._metrics = RayMetrics(self.policy_name)
+        self._metrics.export(self, router)

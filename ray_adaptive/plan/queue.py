@@ -121,6 +121,13 @@ class PendingQueue:
         keys, _ = self._groups[self._key(row_task)]
         return len(keys) if upto == math.inf else bisect.bisect_right(keys, (upto, "\U0010ffff"))
 
+    def position(self, task) -> int:
+        """How many tasks of ``task``'s group are before it (0: it is its group's row)."""
+        if not self._grouped:
+            return 0
+        keys, _ = self._groups[self._key(task)]
+        return bisect.bisect_left(keys, (task.arrival, task.id))
+
     def row_of(self, task, rows: List) -> Optional[int]:
         """The index in ``rows`` of the row that stands for ``task`` (its group's head), or None."""
         if not self._grouped:

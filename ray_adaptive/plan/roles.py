@@ -50,13 +50,14 @@ class RoleSpec:
     heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
     split: Optional[ScoreSplit] = None  # the compiler's proof that ``program``'s Score is T(task) op N(node)
 
-    def scheduler(self, nodes: Sequence[Mapping], seed: int = 0) -> Scheduler:
-        """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`)."""
+    def scheduler(self, nodes: Sequence[Mapping], seed: int = 0, records: int = 0) -> Scheduler:
+        """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`), keeping
+        its last ``records`` decisions (see :mod:`ray_adaptive.plan.explain`)."""
         views = [NodeState.from_dict(n) for n in nodes]
         if self.pool:
             views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
         return Scheduler(self.program, views, hooks=self.hooks, fifo=self.fifo, sample_d=self.sample_d,
-                         merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split)
+                         merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split, records=records)
 
 
 def role_specs(plan: LoweredPlan) -> Dict[Role, RoleSpec]:

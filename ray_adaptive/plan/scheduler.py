@@ -43,6 +43,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.plan.explain import record
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.replicas import DeltaLog, copy_state
 from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_for
@@ -108,9 +109,12 @@ class Scheduler:
 
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
                  sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
-                 split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None):
+                 split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None,
+                 records: int = 0):
         """``queue`` / ``scoring``: given by a host that groups and scores tasks its own way (the
-        simulator: with the resource fit, group keys cached per task); by default, from ``program``."""
+        simulator: with the resource fit, group keys cached per task); by default, from ``program``.
+        ``records``: how many recent decisions to keep, each with its scores on every candidate
+        (see :mod:`ray_adaptive.plan.explain`); 0: none."""
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
@@ -124,6 +128,7 @@ class Scheduler:
         self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
                                                                        group_key(program.score) or (lambda t: t.id))
         self.running: Dict[str, TaskState] = {}  # decided, not finished
+        self.records: Optional[deque] = deque(maxlen=records) if records > 0 else None
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
 
     # ---------------------------------------------------------------- hooks
@@ -159,12 +164,17 @@ class Scheduler:
         if not candidates:
             return None
         rows = self.queue.rows()
-        best = self.scoring.scores(self.interp, rows, candidates, now).argmin() if rows else None
+        if not rows:
+            return None
+        scores = self.scoring.scores(self.interp, rows, candidates, now)
+        best = scores.argmin()
         if best is None:
             return None
         i, j = best
         task = rows[i]
         self.queue.take(task, i)
+        if self.records is not None:
+            self.records.append(record(task.id, now, candidates, j, [scores.cell(i, k) for k in range(len(candidates))]))
         return task, candidates[j]
 
     def decide(self, now: float) -> List[TaskState]:

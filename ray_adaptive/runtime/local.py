@@ -11,9 +11,10 @@ resumes with what it held (see :mod:`ray_adaptive.runtime.switch`).
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.runtime.messages import Handover
 from ray_adaptive.runtime.store import StoreClient, ping
 
@@ -27,11 +28,12 @@ class LocalDecider:
     thread_safe = False  # the router calls it under its lock
     SYNC_FLOOR_S = 0.01
 
-    def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[dict], store, t0: float, generation: int = 0):
+    def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[dict], store, t0: float, generation: int = 0,
+                 records: int = 0):
         self.client = client
         self._t0 = t0
         self._store = store
-        self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF)
+        self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF, records=records)
         # a store round trip per decision batch ("probe", "store per decision") would put an actor
         # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
         self._m = StoreClient(client, spec, self.sched, store, floor_s=self.SYNC_FLOOR_S, generation=generation)
@@ -95,6 +97,11 @@ class LocalDecider:
             self.sched.add(t, now)
         self._dirty = True
         return self.decide()
+
+    def explain(self, task_id: str) -> Optional[dict]:
+        """Why a task of this process is pending here, or its decision record (see :mod:`ray_adaptive.plan.explain`)."""
+        return (explain_pending(self.sched, task_id, self.now())
+                or explain_placed(self.sched.records or (), task_id))
 
     def mark_dead(self, node_id: str) -> None:
         n = self.sched.by_id.get(node_id)

@@ -17,6 +17,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ray_adaptive.plan import POOL, RoleSpec, TaskState
+from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.runtime.messages import Decision
 from ray_adaptive.runtime.store import StoreClient
 
@@ -34,12 +35,14 @@ class Placement:
     whose placements keep a replica of it.
     """
 
-    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float, generation: int = 0):
+    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float, generation: int = 0,
+                 records: int = 0):
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
         self._t0 = t0
         self._generation = generation
+        self._records = records
         self._args = (index, spec, nodes, store)
         self.reset()
 
@@ -47,7 +50,7 @@ class Placement:
         """Forget every task (a restarted selector: its clients send theirs again)."""
         index, spec, nodes, store = self._args
         self._spec = spec
-        self._s = spec.scheduler(nodes, seed=index)
+        self._s = spec.scheduler(nodes, seed=index, records=self._records)
         self._m = (StoreClient(f"placement-{index}", spec, self._s, store, generation=self._generation)
                    if spec.merge else None)
         self._next_loads = 0.0  # (cached view) when the next count of loads is taken
@@ -74,6 +77,11 @@ class Placement:
         if self._m is not None and (decided or finished):
             self._m.report()
         return [(t.id, t.node) for t in decided]
+
+    def explain(self, task_id: str) -> Optional[dict]:
+        """Why a task forwarded here waits, or its decision record (see :mod:`ray_adaptive.plan.explain`)."""
+        now = time.time() - self._t0
+        return explain_pending(self._s, task_id, now) or explain_placed(self._s.records or (), task_id)
 
     def freeze(self) -> None:
         """A live switch: push this replica's last changes (the switch takes the merged State next)."""
@@ -169,6 +177,10 @@ class Forwarder:
     def mark_dead(self, node_id: str) -> None:
         for p in self._placements:
             p.mark_dead.remote(node_id)
+
+    def placements(self) -> list:
+        """The live placement actors."""
+        return [self._placements[i] for i in sorted(self.live)]
 
     def _next_live(self, i: int) -> int:
         """The live placement scheduler after ``i`` (round-robin)."""

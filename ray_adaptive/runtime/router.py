@@ -182,6 +182,8 @@ class Router:
             now = self.now()
             state = TaskState(f"{self.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
             task = _Task(state, launch, future)
+            if future is not None:
+                future.task_id = state.id  # (what to ask why it waits: PolicyRuntime.why_pending)
             self._tasks[state.id] = task
             if task.deadline < math.inf:
                 heapq.heappush(self._deadlines, (task.deadline, state.id))
@@ -229,6 +231,8 @@ class Router:
             with self._cond:
                 task.launched, task.ref = True, ref
                 self.stats.dispatched += 1
+                if self.monitor is not None:
+                    self.monitor.decided(state.fields)
                 self._last_launch = time.monotonic()
                 if self._pause_from is not None:  # the first decision after a switch
                     self.pauses.append((self.topology.generation, self._last_launch - self._pause_from))
@@ -300,6 +304,65 @@ class Router:
         self._launch(chosen)
         old.close(switching=True) if old.thread_safe else old.close()
 
+    def task_id_of(self, ref) -> Optional[str]:
+        """The id of the task whose ObjectRef is ``ref`` (while it runs: finished ones are forgotten)."""
+        with self._cond:
+            task = self._launched.get(ref)
+            return task.state.id if task is not None else None
+
+    def oldest_pending(self, k: int = 5) -> List[tuple]:
+        """The ``k`` tasks waiting longest for a decision here: ``(task id, seconds waiting)``."""
+        now = self.now()
+        with self._cond:
+            waiting = [t.state for t in self._tasks.values() if t.state.node is None and t.error is None]
+        return [(s.id, round(now - s.arrival, 3)) for s in sorted(waiting, key=lambda s: s.arrival)[:k]]
+
+    def explain(self, task_id: str) -> dict:
+        """Why ``task_id`` (submitted from this process) is pending, or why it landed where it did."""
+        with self._cond:
+            task = self._tasks.get(task_id)
+            frozen = self._frozen
+            decider = self.decider
+        if task is None:
+            return {"state": "finished or unknown", "task": task_id,
+                    "why": "not pending nor running in this process: finished, dropped, or never submitted"}
+        if task.error is not None:
+            return {"state": "dropped", "task": task_id, "why": str(task.error)}
+        if frozen and task.state.node is None:
+            return {"state": "pending", "task": task_id, "reason": "switching",
+                    "why": "the plan is being switched live: it is decided as soon as the next plan is in force"}
+        if decider.thread_safe:
+            out = decider.explain(task_id)
+        else:
+            with self._cond:
+                out = decider.explain(task_id)
+        if out is None:
+            where = "launched on " + task.node[:12] if task.node else "decided"
+            out = {"state": "placed" if task.state.node else "pending", "task": task_id,
+                   "why": f"{where}; its decision is no longer in the scheduler's records"}
+        return out
+
+    def report(self) -> dict:
+        """What this process reports to its store each second: its monitor's load (see
+        :meth:`~ray_adaptive.monitor.Monitor.load`), its tasks pending and running per group, its
+        generation, and the latency of the decisions made in this process."""
+        from ray_adaptive.monitor import percentiles
+
+        out = self.monitor.load()
+        group_by = self.monitor.group_by
+        with self._cond:
+            live = [t for t in self._tasks.values() if t.error is None]
+            generation = self.topology.generation
+            latencies = [] if self.decider.thread_safe else self.decider.decision_latencies()[-10_000:]
+        for t in live:
+            g = out["groups"].setdefault(str(t.state.fields.get(group_by, "")) if group_by else "",
+                                         {"arrivals": 0, "decided": 0, "finished": 0, "dropped": 0})
+            key = "running" if t.state.node is not None else "pending"
+            g[key] = g.get(key, 0) + 1
+        p50, p99 = percentiles(latencies, (0.5, 0.99)) if latencies else (None, None)
+        return {**out, "generation": generation, "decision_p50_s": p50, "decision_p99_s": p99,
+                "oldest_pending": self.oldest_pending()}
+
     def wait_generation(self, generation: int, timeout_s: float = 60.0) -> None:
         """Block until this router has taken up ``generation`` of the plan (a live switch it follows)."""
         with self._cond:
@@ -310,6 +373,8 @@ class Router:
     def _drop(self, task: _Task, when: str) -> None:
         """Settle a task that missed its deadline (holds the lock)."""
         self.stats.dropped += 1
+        if self.monitor is not None:
+            self.monitor.dropped(task.state.fields)
         task.error = PlacementDeadlineExceeded(
             f"task {task.state.id} of policy {self.policy.name!r} {when}, past its deadline_s "
             f"{task.deadline - task.state.arrival:g}; dropped without running")
@@ -465,7 +530,7 @@ class Router:
                     self._ping()
             if self.monitor is not None and time.monotonic() >= self._next_report:
                 self._next_report = time.monotonic() + self.REPORT_S
-                self.topology.store.report.remote(self.client, self.monitor.load())  # (fire and forget)
+                self.topology.store.report.remote(self.client, self.report())  # (fire and forget)
             if self._metrics_every and self.monitor is not None and time.monotonic() >= self._next_metrics:
                 self._next_metrics = time.monotonic() + self._metrics_every
                 try:

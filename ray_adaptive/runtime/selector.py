@@ -20,6 +20,7 @@ from collections import deque
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Handover, Lease, Recall, Reply
 from ray_adaptive.runtime.placement import Forwarder
@@ -90,10 +91,10 @@ class Selector:
     LEASE_TIMEOUT_S = 5.0
 
     def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Tuple[str, str]], t0: float,
-                 wait_s: float = 0.05, lease: bool = False, awaiting_state: bool = False):
+                 wait_s: float = 0.05, lease: bool = False, awaiting_state: bool = False, records: int = 0):
         import ray
 
-        self._s = spec.scheduler(nodes)
+        self._s = spec.scheduler(nodes, records=records)
         self._t0 = t0
         self._wait_s = wait_s
         self._lease = lease
@@ -326,6 +327,27 @@ class Selector:
     def ping(self) -> None:
         """Nothing: a client times the round trip (the monitor's message latency)."""
 
+    def where(self) -> str:
+        """The node this selector runs on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def explain(self, task_id: str) -> Optional[dict]:
+        """Why a task is pending here, or its decision record; for the hybrid, where its placement
+        stands (see :mod:`ray_adaptive.plan.explain`)."""
+        import ray
+
+        with self._cond:
+            out = explain_pending(self._s, task_id, self._now())
+            if out is not None or self._fwd is None:
+                return out or explain_placed(self._s.records or (), task_id)
+            placements = self._fwd.placements()
+        for answer in ray.get([p.explain.remote(task_id) for p in placements], timeout=30):
+            if answer is not None:
+                return answer
+        return None
+
     def mark_dead(self, node_id: str) -> None:
         with self._cond:
             self._mark_dead(node_id)
@@ -394,8 +416,10 @@ class SelectorClient:
     IDLE_CHECK_S = 0.25
     _FINISHING_KEPT = 64
 
-    def __init__(self, client: str, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float):
+    def __init__(self, client: str, selector, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float,
+                 records: int = 0):
         self.client = client
+        self._records = records
         self._lease_spec = lease_spec
         self._nodes = list(nodes)
         self._node_ids = [n["id"] for n in nodes]
@@ -549,7 +573,7 @@ class SelectorClient:
     def _take_lease(self, lease: Lease) -> List[TaskState]:
         """Become the selector: its State, this process's tasks back, decided here from now on."""
         with self._cond:
-            local = self._lease_spec.scheduler(self._nodes)
+            local = self._lease_spec.scheduler(self._nodes, records=self._records)
             local.decision_s = self._local_latencies
             local.interp.state.update(lease.state)
             for n in local.nodes:
@@ -639,6 +663,21 @@ class SelectorClient:
 
     def node_ids(self) -> List[str]:
         return list(self._node_ids)
+
+    def explain(self, task_id: str) -> Optional[dict]:
+        """Why a task of this process is pending, or its decision record: the selector's answer, or,
+        under a lease, this process's own scheduler's (see :mod:`ray_adaptive.plan.explain`)."""
+        import ray
+
+        with self._cond:
+            if any(t.id == task_id for t in self._out):
+                return {"state": "pending", "task": task_id, "reason": "sending",
+                        "why": "submitted, on its way to the selector with the next call"}
+            local = self._local
+            if local is not None:
+                now = self.now()
+                return explain_pending(local, task_id, now) or explain_placed(local.records or (), task_id)
+        return ray.get(self._selector.explain.remote(task_id), timeout=30)
 
     def decision_latencies(self) -> List[float]:
         import ray

@@ -68,6 +68,9 @@ class StateStore:
         self._phase = "running"  # or "freezing": a switch to generation + 1 was announced
         self._acks: Dict[str, dict] = {}  # client -> what it handed over (for the generation announced)
         self._reports: Dict[str, dict] = {}
+        self._info: dict = {}  # what the starting process tells operators (why this plan, switches, estimates)
+        self._requests: Dict[str, List[tuple]] = {}  # client -> (request id, task id) to explain
+        self._answers: Dict[str, dict] = {}
         self._cond = threading.Condition()
         self.calls = 0
         self.incarnation = uuid.uuid4().hex
@@ -96,14 +99,61 @@ class StateStore:
             self._clients.pop(member, None)
             self._reports.pop(member, None)
             self._acks.pop(member, None)
+            self._requests.pop(member, None)
             self._cond.notify_all()
 
-    def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0) -> tuple:
-        """``(generation, phase, incarnation)``, as soon as any differs from the caller's, or after ``timeout_s``."""
+    def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0,
+              client: Optional[str] = None) -> tuple:
+        """``(generation, phase, incarnation, requests)``, as soon as any of the first three differs from
+        the caller's or an operator asks ``client`` to explain a task (``requests``: ``(request id, task
+        id)`` pairs, see :meth:`ask`), or after ``timeout_s``."""
         with self._cond:
             self._cond.wait_for(lambda: (self._config["generation"], self._phase, self.incarnation)
-                                != (generation, phase, incarnation), timeout=timeout_s)
-            return self._config["generation"], self._phase, self.incarnation
+                                != (generation, phase, incarnation) or self._requests.get(client), timeout=timeout_s)
+            return self._config["generation"], self._phase, self.incarnation, self._requests.pop(client, [])
+
+    # -- operators --------------------------------------------------------------
+    def ask(self, task_id: str, timeout_s: float = 10.0) -> dict:
+        """Why is ``task_id`` pending, or why did it land where it did: asked of the process that
+        submitted it (its id is the task id's prefix), which answers through :meth:`answer`."""
+        client = task_id.rsplit("-", 1)[0]
+        with self._cond:
+            if client not in self._clients:
+                return {"state": "unknown", "why": f"no process {client!r} submits to this runtime (task ids are "
+                                                   f"<process>-<number>; its process may have left)"}
+            rid = uuid.uuid4().hex
+            self._requests.setdefault(client, []).append((rid, task_id))
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: rid in self._answers, timeout=timeout_s):
+                return {"state": "unknown", "why": f"process {client!r} did not answer in {timeout_s:g} s"}
+            return self._answers.pop(rid)
+
+    def answer(self, request_id: str, result: dict) -> None:
+        with self._cond:
+            self._answers[request_id] = result
+            self._cond.notify_all()
+
+    def set_info(self, info: dict) -> None:
+        """What the starting process tells operators: why this plan, the switches, estimates."""
+        with self._cond:
+            self._info.update(info)
+
+    def describe(self) -> dict:
+        """Everything ``ray-adaptive status`` shows of this runtime (see :mod:`ray_adaptive.status`)."""
+        import ray
+
+        cfg = self._config
+        plan = cfg["plan"]
+        with self._cond:
+            now = time.monotonic()
+            return {"policy": plan.policy.name, "plan": plan.name, "architecture": plan.architecture.value,
+                    "generation": cfg["generation"], "phase": self._phase, "t0": cfg["t0"],
+                    "limit": plan.policy.limit, "group_by": self._info.get("group_by"),
+                    "nodes": [{**n, "slot": cfg["slots"].get(n["id"])} for n in cfg["nodes"]],
+                    "actors": {"store": ray.get_runtime_context().get_node_id(), "selector": cfg.get("selector"),
+                               "placements": list(cfg.get("placements", []))},
+                    "clients": {c: round(now - seen, 1) for c, seen in self._clients.items()},
+                    "reports": {c: dict(r) for c, r in self._reports.items()}, "info": dict(self._info)}
 
     # -- switches -------------------------------------------------------------
     def status(self) -> tuple:

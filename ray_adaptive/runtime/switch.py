@@ -81,12 +81,15 @@ class PlanWatcher:
         known: Tuple = (self.generation, "running", None)
         while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
             try:
-                status = ray.get(self._store.watch.remote(*known, self.POLL_S), timeout=self.POLL_S + 30)
+                *status, requests = ray.get(self._store.watch.remote(*known, self.POLL_S, self._router.client),
+                                            timeout=self.POLL_S + 30)
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
                 continue
             if self._stop.is_set():
                 return
+            for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
+                threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
                 self._follow(*status)
             except Exception:  # never leave a frozen process silent: log, and look again
@@ -94,6 +97,13 @@ class PlanWatcher:
                 self._stop.wait(0.1)
                 continue
             known = status
+
+    def _explain(self, rid: str, task_id: str) -> None:
+        try:
+            result = self._router.explain(task_id)
+        except Exception as err:  # (an answer, whatever happens: the asker waits for one)
+            result = {"state": "unknown", "why": f"could not explain: {err!r}"}
+        self._store.answer.remote(rid, result)
 
     def _follow(self, generation: int, phase: str, incarnation: str) -> None:
         import ray
@@ -186,7 +196,7 @@ def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
 
     store = old.store
     generation = old.generation + 1
-    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node)
+    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records)
     new.start_actors()
     phase("built", new)
     start = time.perf_counter()

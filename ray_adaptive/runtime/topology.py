@@ -67,6 +67,7 @@ class Topology:
     generation: int = 0
     rebuild: bool = False  # its State could not be handed over: the processes rebuild it (see switch)
     driver_node: str = ""  # where the selector starts (near the process that built the topology)
+    records: int = 0  # decisions each scheduler keeps to explain them (see ray_adaptive.plan.explain)
 
     def config(self) -> dict:
         """What a process needs to join this generation (kept by the store)."""
@@ -74,7 +75,7 @@ class Topology:
         selector = Role.SELECTOR in self.specs
         k = self.plan.k(len(self.nodes)) if selector and Role.SCHEDULERS in self.specs else 0
         return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0, "generation": g,
-                "rebuild": self.rebuild, "driver_node": self.driver_node,
+                "rebuild": self.rebuild, "driver_node": self.driver_node, "records": self.records,
                 "selector": actor_name(name, "selector", g) if selector else None,
                 "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)]}
 
@@ -95,7 +96,8 @@ class Topology:
             raise RuntimeError(f"the selector {cfg['selector']!r} of the plan in force is gone")
         placements = [p for p in (get(n) for n in cfg.get("placements", [])) if p is not None]
         return cls(cfg["plan"], role_specs(cfg["plan"]), cfg["nodes"], cfg["slots"], cfg["t0"], store, selector,
-                   placements, cfg.get("generation", 0), cfg.get("rebuild", False), cfg.get("driver_node", ""))
+                   placements, cfg.get("generation", 0), cfg.get("rebuild", False), cfg.get("driver_node", ""),
+                   cfg.get("records", 0))
 
     def actors(self) -> list:
         return [a for a in (self.store, self.selector, *self.placements) if a is not None]
@@ -103,8 +105,9 @@ class Topology:
     def decider(self, client: str) -> Union[LocalDecider, SelectorClient]:
         """Process ``client``'s way of getting decisions under this generation."""
         if self.selector is not None:
-            return SelectorClient(client, self.selector, lease_spec(self.plan), self.nodes, self.t0)
-        return LocalDecider(client, self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0, self.generation)
+            return SelectorClient(client, self.selector, lease_spec(self.plan), self.nodes, self.t0, self.records)
+        return LocalDecider(client, self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0, self.generation,
+                            self.records)
 
     def placement_nodes(self) -> List[str]:
         import ray
@@ -135,7 +138,7 @@ class Topology:
                     ray.remote(Placement).options(
                         num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["id"], soft=False),
-                    ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g)
+                    ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records)
                     for i in range(plan.k(len(nodes)))
                 ]
             self.selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
@@ -143,7 +146,7 @@ class Topology:
                 max_restarts=-1, scheduling_strategy=_near(self.driver_node),
             ).remote(specs[Role.SELECTOR], list(nodes),
                      [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
-                     lease=lease_spec(plan) is not None, awaiting_state=g > 0)
+                     lease=lease_spec(plan) is not None, awaiting_state=g > 0, records=self.records)
         ray.get([a.__ray_ready__.remote() for a in (self.selector, *self.placements) if a is not None])
 
     def retire(self) -> None:
@@ -172,8 +175,10 @@ class Topology:
             pass
 
 
-def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str) -> Topology:
-    """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`)."""
+def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str,
+          records: int = 0) -> Topology:
+    """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`);
+    each scheduler keeps its last ``records`` decisions, to explain them."""
     import ray
 
     specs = role_specs(plan)
@@ -181,7 +186,7 @@ def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], drive
     replicated = specs.get(Role.SCHEDULERS)
     merge = replicated.merge if replicated is not None else None
     initial = (replicated or specs[Role.SELECTOR]).scheduler(nodes).interp.state
-    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node)
+    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node, records)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
         max_restarts=-1, scheduling_strategy=_near(driver_node)).remote(topo.config(), initial, merge)
@@ -198,11 +203,11 @@ def _near(node_id: str):
 
 
 def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[dict], slots: Dict[str, str], t0: float,
-                     store, driver_node: str) -> Topology:
+                     store, driver_node: str, records: int = 0) -> Topology:
     """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
     (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
     return Topology(plan, role_specs(plan), list(nodes), dict(slots), t0, store, generation=generation,
-                    driver_node=driver_node)
+                    driver_node=driver_node, records=records)
 
 
 JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts

@@ -1,0 +1,100 @@
+"""The figures an operator scrapes: Ray metrics (``ray.util.metrics``) at each node's Prometheus endpoint.
+
+Each submitting process exports its own (Prometheus sums them by tags):
+
+==========================================  ==========  ==============  =====================================
+metric                                      kind        tags            what
+==========================================  ==========  ==============  =====================================
+``ray_adaptive_decisions_total``            counter     policy, group   tasks placed
+``ray_adaptive_drops_total``                counter     policy, group   tasks dropped at their deadline
+``ray_adaptive_finishes_total``             counter     policy, group   tasks finished
+``ray_adaptive_pending``                    gauge       policy, group   tasks waiting for a decision
+``ray_adaptive_decision_latency_s``         histogram   policy          decision latency (this process's)
+``ray_adaptive_arrival_rate``               gauge       policy          tasks/s arriving (last 10 s)
+``ray_adaptive_goodput_measured``           gauge       policy          tasks/s finished (last 10 s)
+``ray_adaptive_goodput_estimated``          gauge       policy          the compiler's estimate for the plan
+                                                                        in force at the measured load
+``ray_adaptive_plan_in_force``              gauge       policy, plan    1 for the plan in force, 0 before
+``ray_adaptive_switches_total``             counter     policy          live plan switches
+``ray_adaptive_outstanding``                gauge       policy          tasks queued or running on nodes
+==========================================  ==========  ==============  =====================================
+
+``group`` is the runtime's ``group_by`` field (``tenant`` by default). Ray
+exports them with its own ``ray_`` prefix (``ray_ray_adaptive_pending``);
+``examples/grafana/ray_adaptive.json`` plots them next to Ray's panels.
+Counters advance by what changed since the last export, so nothing is
+counted on the submission path.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+__all__ = ["RayMetrics", "LATENCY_BOUNDARIES"]
+
+LATENCY_BOUNDARIES = [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0]
+
+
+class RayMetrics:
+    """This process's ``ray_adaptive_*`` metrics for one policy, set by :meth:`export` (every ``metrics_every_s``)."""
+
+    def __init__(self, policy: str):
+        from ray.util import metrics
+
+        g, p = ("policy", "group"), ("policy",)
+        self.tag = {"policy": policy}
+        self.counters = {k: metrics.Counter(f"ray_adaptive_{k}_total", f"tasks {what}", g)
+                         for k, what in (("decisions", "placed"), ("drops", "dropped at their deadline"),
+                                         ("finishes", "finished"))}
+        self.pending = metrics.Gauge("ray_adaptive_pending", "tasks waiting for a decision", g)
+        self.latency = metrics.Histogram("ray_adaptive_decision_latency_s", "decision latency (s)",
+                                         boundaries=LATENCY_BOUNDARIES, tag_keys=p)
+        self.gauges = {k: metrics.Gauge(f"ray_adaptive_{k}", what, p) for k, what in (
+            ("arrival_rate", "tasks/s arriving"), ("goodput_measured", "tasks/s finished"),
+            ("goodput_estimated", "the compiler's estimated tasks/s for the plan in force"),
+            ("outstanding", "tasks queued or running on nodes"))}
+        self.plan = metrics.Gauge("ray_adaptive_plan_in_force", "1 for the plan in force", ("policy", "plan"))
+        self.switches = metrics.Counter("ray_adaptive_switches_total", "live plan switches", p)
+        self._last: Dict[tuple, float] = {}  # (counter, group) -> value exported
+        self._seen_latencies = 0
+        self._plan: Optional[str] = None
+        self._generation = 0
+
+    def _advance(self, counter: str, group: str, value: float) -> None:
+        delta = value - self._last.get((counter, group), 0)
+        if delta > 0:
+            self.counters[counter].inc(delta, {**self.tag, "group": group})
+            self._last[(counter, group)] = value
+
+    def export(self, monitor, router=None) -> None:
+        load = monitor.load()
+        for group, c in load["groups"].items():
+            self._advance("decisions", group, c["decided"])
+            self._advance("drops", group, c["dropped"])
+            self._advance("finishes", group, c["finished"])
+        snap = monitor.snapshot(window_s=10.0)
+        self.gauges["arrival_rate"].set(snap["rate_per_s"], self.tag)
+        self.gauges["goodput_measured"].set(sum(c.get("goodput_per_s", 0.0) for c in load["groups"].values()), self.tag)
+        if monitor._estimate is not None:
+            self.gauges["goodput_estimated"].set(monitor._estimate, self.tag)
+        if router is None:
+            return
+        report = router.report()
+        for group, c in report["groups"].items():
+            self.pending.set(c.get("pending", 0), {**self.tag, "group": group})
+        self.gauges["outstanding"].set(sum(router.outstanding().values()), self.tag)
+        latencies = router.decision_latencies()
+        # the ones since the last export (a ring that wrapped meanwhile: its newest), at most 2,000 of them
+        new = latencies[self._seen_latencies:] if len(latencies) >= self._seen_latencies else latencies
+        for v in new[-2000:]:
+            self.latency.observe(v, self.tag)
+        self._seen_latencies = len(latencies)
+        plan, generation = router.topology.plan.name, router.topology.generation
+        if plan != self._plan:
+            if self._plan is not None:
+                self.plan.set(0, {**self.tag, "plan": self._plan})
+            self.plan.set(1, {**self.tag, "plan": plan})
+            self._plan = plan
+        if generation > self._generation:
+            self.switches.inc(generation - self._generation, self.tag)
+            self._generation = generation

@@ -1,0 +1,171 @@
+"""What operators see of the policy runtimes on a cluster, from any process that can reach it.
+
+``ray-adaptive status`` and ``ray-adaptive why`` connect to the cluster as a
+driver of their own (no ``ra.start`` needed) and read each runtime's state
+store: the plan in force and why, the switches, the actors and where they
+run, each node's slot resource (capacity, in use), per tenant (or the
+runtime's ``group_by`` field) the tasks pending, running, finished and dropped
+and the goodput of the last 10 s, the adaptive controller's estimate against
+the measured load, and the decision latency; ``why`` asks the process that
+submitted a task why it waits, or why it landed where it did.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional
+
+from ray_adaptive.errors import RayAdaptiveError
+from ray_adaptive.monitor import percentiles
+from ray_adaptive.runtime.topology import NAMESPACE
+
+__all__ = ["StatusError", "connect", "runtimes", "describe", "format_status", "why", "format_why"]
+
+_STORE = re.compile(r"^ra-(.+)-store$")
+
+
+class StatusError(RayAdaptiveError):
+    """The cluster cannot be reached, or nothing asked for runs on it (the message says which)."""
+
+
+def connect(address: Optional[str]) -> None:
+    """Join the cluster at ``address`` (default: the one this machine runs, ``auto``) as a driver."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address or "auto", namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    except ConnectionError as err:
+        raise StatusError(f"cannot reach a Ray cluster at {address or 'auto'!r}: {err}") from None
+    except Exception as err:  # noqa: BLE001 -- Ray says it differently per cause: name it
+        text = str(err)
+        if re.search(r"auth|token|unauthenticated|permission", text, re.I):
+            raise StatusError(f"the Ray cluster at {address or 'auto'!r} refused this process: {text.splitlines()[0]} "
+                              "(set RAY_AUTH_TOKEN / the cluster's token for this shell)") from None
+        raise StatusError(f"cannot join the Ray cluster at {address or 'auto'!r}: {text.splitlines()[0]}") from None
+
+
+def runtimes() -> List[str]:
+    """The names of the policies whose runtime runs on the connected cluster."""
+    import ray
+
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    return sorted(m.group(1) for m in (_STORE.match(n) for n in names) if m)
+
+
+def _store(policy: str):
+    import ray
+
+    from ray_adaptive.runtime.topology import actor_name
+
+    try:
+        return ray.get_actor(actor_name(policy, "store"), namespace=NAMESPACE)
+    except ValueError:
+        running = ", ".join(runtimes()) or "none"
+        raise StatusError(f"policy {policy!r} has no runtime on this cluster (running: {running})") from None
+
+
+def describe(policy: str) -> dict:
+    """Everything ``status`` shows of ``policy``'s runtime, as data (what ``--json`` prints)."""
+    import ray
+
+    from ray_adaptive import resources
+
+    d = ray.get(_store(policy).describe.remote(), timeout=30)
+    selector = None
+    if d["actors"]["selector"]:
+        selector = ray.get_actor(d["actors"]["selector"], namespace=NAMESPACE)
+        d["actors"]["selector"] = {"name": d["actors"]["selector"], "node": ray.get(selector.where.remote(), timeout=30)}
+    placements = []
+    for name in d["actors"]["placements"]:
+        try:
+            placements.append({"name": name, "node": ray.get(ray.get_actor(name, namespace=NAMESPACE).where.remote(),
+                                                             timeout=30)})
+        except (ValueError, ray.exceptions.RayActorError):
+            placements.append({"name": name, "node": None})
+    d["actors"]["placements"] = placements
+    state = resources.get_cluster_state([n["id"] for n in d["nodes"]])
+    for n in d["nodes"]:
+        slot = state.get(n["id"], {}).get(n["slot"], {})
+        n["slot_capacity"], n["slot_in_use"] = slot.get("total"), (slot.get("total", 0) - slot.get("available", 0)
+                                                                   if slot else None)
+    d["groups"] = _groups(d["reports"].values())
+    latencies = [r["decision_p99_s"] for r in d["reports"].values() if r.get("decision_p99_s") is not None]
+    if selector is not None:
+        p50, p99 = percentiles(ray.get(selector.decision_latencies.remote(), timeout=30)[-10_000:], (0.5, 0.99))
+        d["decision_p50_s"], d["decision_p99_s"] = p50, p99
+    else:
+        d["decision_p99_s"] = max(latencies) if latencies else None
+        p50s = [r["decision_p50_s"] for r in d["reports"].values() if r.get("decision_p50_s") is not None]
+        d["decision_p50_s"] = sorted(p50s)[len(p50s) // 2] if p50s else None
+    d["goodput_per_s"] = round(sum(g.get("goodput_per_s", 0.0) for g in d["groups"].values()), 2)
+    return d
+
+
+def _groups(reports) -> Dict[str, dict]:
+    out: Dict[str, dict] = {}
+    for r in reports:
+        for g, c in r.get("groups", {}).items():
+            acc = out.setdefault(g, {})
+            for k, v in c.items():
+                acc[k] = round(acc.get(k, 0) + v, 3)
+    return dict(sorted(out.items()))
+
+
+def _ms(s: Optional[float]) -> str:
+    return f"{s * 1e3:.2f} ms" if s is not None else "-"
+
+
+def format_status(d: dict) -> str:
+    """``describe``'s figures as text."""
+    out = [f"policy {d['policy']}: plan {d['plan']} ({d['architecture']}), generation {d['generation']}"
+           + (" -- SWITCHING" if d["phase"] != "running" else "")]
+    info = d.get("info", {})
+    if info.get("why"):
+        out.append(f"  why: {info['why']}")
+    for h in info.get("history", [])[-3:]:
+        pause = f", pause {_ms(h.get('pause_s'))}" if h.get("pause_s") is not None else ""
+        out.append(f"  switch to generation {h['generation']}: {h['from']} -> {h['to']} ({h['reason']}; "
+                   f"frozen {_ms(h.get('freeze_s'))}{pause})")
+    a = d["actors"]
+    out.append(f"  actors: store on {a['store'][:12]}"
+               + (f"; selector on {a['selector']['node'][:12]}" if a["selector"] else "")
+               + (f"; {len(a['placements'])} placement(s) on "
+                  + ", ".join((p['node'] or 'gone')[:12] for p in a["placements"]) if a["placements"] else ""))
+    out.append(f"  processes submitting: {len(d['clients'])}")
+    out.append("  nodes (slot in use / capacity):")
+    for n in d["nodes"]:
+        out.append(f"    {n['id'][:12]}  {n['slot_in_use']} / {n['slot_capacity']}   executors {n['executors']}, "
+                   f"queue {n['queue']}")
+    label = d.get("group_by") or "group"
+    out.append(f"  per {label}: pending / running / finished / dropped, goodput (last 10 s)")
+    for g, c in d["groups"].items():
+        out.append(f"    {g or '-':<12} {c.get('pending', 0):>6} {c.get('running', 0):>6} {c.get('finished', 0):>9} "
+                   f"{c.get('dropped', 0):>6}   {c.get('goodput_per_s', 0.0):.1f}/s")
+    ev = info.get("evaluation")
+    if ev and ev.get("estimate"):
+        out.append(f"  estimate: goodput {ev['estimate']['goodput']:.0f}/s at {ev['measured']['rate']:.0f}/s offered "
+                   f"(measured {d['goodput_per_s']:.0f}/s); controller: {ev['reason']}")
+    else:
+        out.append(f"  goodput {d['goodput_per_s']:.0f}/s (no estimate: the runtime is not adaptive)")
+    out.append(f"  decision latency: p50 {_ms(d.get('decision_p50_s'))}, p99 {_ms(d.get('decision_p99_s'))}")
+    waiting = [w for r in d["reports"].values() for w in r.get("oldest_pending", [])]
+    if waiting:
+        out.append("  waiting longest: " + ", ".join(f"{tid} ({s:.1f} s)" for tid, s in sorted(waiting, key=lambda w: -w[1])[:5])
+                   + "   (ray-adaptive why POLICY TASK_ID)")
+    return "\n".join(out)
+
+
+def why(policy: str, task_id: str, timeout_s: float = 10.0) -> dict:
+    """Ask the process that submitted ``task_id`` why it waits, or why it landed where it did."""
+    import ray
+
+    return ray.get(_store(policy).ask.remote(task_id, timeout_s), timeout=timeout_s + 30)
+
+
+def format_why(answer: dict) -> str:
+    lines = [f"{answer.get('task', '')} {answer['state']}: {answer['why']}".strip()]
+    for node, score in sorted(answer.get("scores", {}).items(), key=lambda x: (x[1] != x[1], x[1])):
+        lines.append(f"  {node[:12]}  {score:g}" + ("   <- chosen" if node == answer.get("node") else ""))
+    return "\n".join(lines)
