@@ -34,6 +34,7 @@ def connect(address: Optional[str]) -> None:
 
     if ray.is_initialized():
         return
+    _probe(address)
     try:
         ray.init(address=address or "auto", namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
     except ConnectionError as err:
@@ -44,6 +45,23 @@ def connect(address: Optional[str]) -> None:
             raise StatusError(f"the Ray cluster at {address or 'auto'!r} refused this process: {text.splitlines()[0]} "
                               "(set RAY_AUTH_TOKEN / the cluster's token for this shell)") from None
         raise StatusError(f"cannot join the Ray cluster at {address or 'auto'!r}: {text.splitlines()[0]}") from None
+
+
+def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
+    """Fail in seconds when nothing listens at a ``host:port`` address.
+
+    Ray's own connect retries the GCS for about a minute before it gives up,
+    which reads as a hung command to an operator who mistyped a port.
+    """
+    import socket
+
+    m = re.fullmatch(r"([^:/]+):(\d+)", address or "")
+    if m is None:  # "auto", "ray://...", or a bare host: leave it to Ray
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
+    except OSError as err:
+        raise StatusError(f"cannot reach a Ray cluster at {address!r}: nothing answers there ({err})") from None
 
 
 def runtimes() -> List[str]:
