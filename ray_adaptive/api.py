@@ -222,7 +222,9 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         rate: the arrival rate (tasks/s) ``"auto"`` (and ``"adaptive"``, at first) compiles for.
         executors: tasks each node runs at once (default: its CPU count).
         queue: tasks each node may hold waiting besides those running.
-        node_fields: node id -> values of the policy's ``Node:`` fields.
+        node_fields: node id -> values of the policy's ``Node:`` fields. A scalar field
+            not given here is read from the node's Ray label of the same name
+            (``ray start --labels zone=us-a``), converted to the field's type.
         group_by: the Task field the monitor groups figures by (default:
             ``tenant`` when the policy has one).
         metrics_every_s: how often the monitor sets the Ray metrics
@@ -270,8 +272,10 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
         nodes = []
         for i, info in enumerate(_cluster_nodes()):
-            fields = dict(node_fields.get(info["NodeID"], {}))
-            _check_fields(p.node_fields, fields, f"node {info['NodeID'][:12]}", "node_fields")
+            what = f"node {info['NodeID'][:12]}"
+            given = node_fields.get(info["NodeID"], {})
+            fields = {**_label_fields(p.node_fields, info.get("Labels") or {}, set(given), what), **given}
+            _check_fields(p.node_fields, fields, what, "node_fields")
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
             nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
         first = plan if settings is None else extra.get("initial", "auto")
@@ -414,6 +418,32 @@ def shutdown(name: Optional[str] = None) -> None:
         rt.shutdown()
 
 
+_LABEL_VALUES = {"int": int, "float": float, "string": str,
+                 "bool": lambda v: {"true": True, "false": False}[v.lower()]}
+
+
+def _label_fields(decls, labels: Mapping[str, str], given: set, what: str) -> Dict[str, Any]:
+    """The policy's scalar ``Node:`` fields a node's Ray labels (``ray start --labels``) give.
+
+    Labels are how a cluster config says what a node is (its zone, its rack),
+    so a policy that declares ``zone: string`` reads it from there without the
+    driver copying ``ray.nodes()`` into ``node_fields=``; labels the policy does
+    not declare are Ray's business and are left alone, and so are the fields
+    ``given`` in ``node_fields=``, which win.
+    """
+    out: Dict[str, Any] = {}
+    for d in decls:
+        convert = _LABEL_VALUES.get(d.type.kind)
+        if convert is None or d.name not in labels or d.name in given:
+            continue
+        try:
+            out[d.name] = convert(labels[d.name])
+        except (ValueError, KeyError):
+            raise TypeError(f"{what}: its Ray label {d.name}={labels[d.name]!r} cannot be read as {d.type} "
+                            f"(the policy's Node field {d.name!r}); relabel the node or pass node_fields=") from None
+    return out
+
+
 def _check_fields(decls, values: Mapping[str, Any], what: str, arg: str) -> None:
     problem = field_problem(decls, values)
     if problem is None:
@@ -423,7 +453,8 @@ def _check_fields(decls, values: Mapping[str, Any], what: str, arg: str) -> None
         declared = ", ".join(d.name for d in decls) or "none"
         raise TypeError(f"{what}: unknown field {name!r} in {arg}=; the policy declares: {declared}")
     if kind == "missing":
-        raise TypeError(f"{what}: field {name!r} ({t}) is missing; pass it in {arg}=")
+        raise TypeError(f"{what}: field {name!r} ({t}) is missing; pass it in {arg}="
+                        + (f" or label the node (ray start --labels {name}=...)" if arg == "node_fields" else ""))
     raise TypeError(f"{what}: field {name!r} must be {t}, got {values[name]!r}")
 
 

@@ -63,19 +63,23 @@ def start_local_cluster(
     num_nodes: int = 4,
     num_cpus: int = 2,
     node_resources: Optional[Sequence[Mapping[str, float]]] = None,
+    node_labels: Optional[Sequence[Mapping[str, str]]] = None,
     system_config: Optional[Mapping] = None,
     connect: bool = True,
     quiet: bool = True,
 ) -> LocalCluster:
     """Start ``num_nodes`` raylets with ``num_cpus`` each; connect this process unless ``connect=False``.
 
-    ``node_resources[i]`` adds custom resources to node ``i``; ``system_config``
-    is merged over ``{"enable_metrics_collection": False}``.
+    ``node_resources[i]`` adds custom resources to node ``i`` and
+    ``node_labels[i]`` Ray node labels (what ``ray start --labels`` sets);
+    ``system_config`` is merged over ``{"enable_metrics_collection": False}``.
     """
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
     if node_resources is not None and len(node_resources) != num_nodes:
         raise ValueError(f"node_resources has {len(node_resources)} entries for {num_nodes} nodes")
+    if node_labels is not None and len(node_labels) != num_nodes:
+        raise ValueError(f"node_labels has {len(node_labels)} entries for {num_nodes} nodes")
     import ray
     from ray.cluster_utils import Cluster
 
@@ -84,16 +88,18 @@ def start_local_cluster(
     os.makedirs(ray_dir)
     os.environ["RAY_TMPDIR"] = root  # where ray_current_cluster is written
     extra = [dict(r) for r in node_resources] if node_resources else [{} for _ in range(num_nodes)]
+    labels = [dict(x) for x in node_labels] if node_labels else [{} for _ in range(num_nodes)]
     config = {"enable_metrics_collection": False, **(system_config or {})}
     cluster = Cluster(
         initialize_head=True,
-        head_node_args=dict(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[0],
+        head_node_args=dict(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[0], labels=labels[0],
                             include_dashboard=False, _system_config=config),
     )
     try:
         node_ids = [cluster.head_node.node_id]
         for i in range(1, num_nodes):
-            node_ids.append(cluster.add_node(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[i]).node_id)
+            node_ids.append(cluster.add_node(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[i],
+                                             labels=labels[i]).node_id)
         cluster.wait_for_nodes()
         static = {}
         if connect:

@@ -40,7 +40,9 @@ def _ray_cluster_session():
     # node i has {"rack_<i % 2>": 1}; the last node also {"special": 2}
     extra = [{f"rack_{i % 2}": 1} for i in range(NUM_NODES)]
     extra[-1]["special"] = 2
-    lc = start_local_cluster(NUM_NODES, CPUS_PER_NODE, node_resources=extra, quiet=False)
+    # Ray node labels: zone "a" on the first half, "b" on the rest (zone_affinity reads them)
+    labels = [{"zone": "a" if i < NUM_NODES // 2 else "b"} for i in range(NUM_NODES)]
+    lc = start_local_cluster(NUM_NODES, CPUS_PER_NODE, node_resources=extra, node_labels=labels, quiet=False)
     import ray
 
     assert ray.get_runtime_context().get_node_id() == lc.head

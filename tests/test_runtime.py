@@ -16,6 +16,20 @@ from ray_adaptive import resources
 
 VEC = [0.1, 0.2, 0.1]
 
+POLICY_WITH_INT_ZONE = """\
+Task:
+  zone: int
+
+Node:
+  zone: int
+  rack: string
+
+Score(task, node):
+  if task.zone != node.zone:
+    return inf
+  return get_load(node)
+"""
+
 
 @ray.remote(num_cpus=1)
 def where(x, sleep=0.0):
@@ -79,11 +93,29 @@ def test_drf_lb_gives_backlogged_tenants_equal_service(running):
 
 
 def test_zone_affinity_places_only_on_matching_nodes(running, ray_cluster):
-    zones = {n: ("a" if i < 2 else "b") for i, n in enumerate(ray_cluster.node_ids)}
+    # node_fields= overrides the nodes' Ray labels (zone a on the first half, b on the rest)
+    zones = {n: ("a" if i in (0, 3) else "b") for i, n in enumerate(ray_cluster.node_ids)}
     running("zone_affinity", node_fields={n: {"zone": z} for n, z in zones.items()})
     fn = ra.policy("zone_affinity")(where)
-    out = ray.get([fn.options(task={"zone": "b"}).remote(i) for i in range(6)])
-    assert {zones[node] for _, node, _ in out} == {"b"}
+    out = ray.get([fn.options(task={"zone": "b"}).remote(i) for i in range(12)])
+    assert {node for _, node, _ in out} == {n for n, z in zones.items() if z == "b"}
+
+
+def test_node_fields_come_from_the_nodes_ray_labels(running, ray_cluster):
+    running("zone_affinity")  # no node_fields: ray start --labels zone=... says it
+    labels = {n["NodeID"]: n["Labels"]["zone"] for n in ray.nodes() if n["Alive"]}
+    fn = ra.policy("zone_affinity")(where)
+    out = ray.get([fn.options(task={"zone": "b"}).remote(i) for i in range(12)])
+    assert {node for _, node, _ in out} == {n for n, z in labels.items() if z == "b"}
+
+
+def test_a_label_that_is_not_the_fields_type_is_named(ray_cluster, tmp_path):
+    path = tmp_path / "zone_count.policy"
+    path.write_text(POLICY_WITH_INT_ZONE)
+    with pytest.raises(TypeError, match=r"Ray label zone='[ab]' cannot be read as int .*Node field 'zone'"):
+        ra.start(str(path))
+    with pytest.raises(TypeError, match=r"field 'rack' \(string\) is missing; pass it in node_fields= or label"):
+        ra.start(str(path), node_fields={n: {"zone": 1} for n in ray_cluster.node_ids})
 
 
 def test_object_refs_flow_like_plain_ray(running):
