@@ -1,6 +1,5 @@
 """Why a task waits, and why it landed where it did: the scheduler's side, free of Ray."""
 
-
 from ray_adaptive.dsl import load_policy, parse_policy
 from ray_adaptive.plan.explain import explain_placed, explain_pending, trace_score
 from ray_adaptive.plan.scheduler import NodeState, Scheduler, TaskState
