@@ -95,12 +95,14 @@ class Adaptation:
             self.controller.switched(to, time.monotonic(), pause_s)
 
     def _run(self) -> None:
+        import ray
+
         try:
             if self.table is None:
                 self.table = self._table_for(None)
             self.controller = Controller(self.table, self.settings, self.rt.plan.name, now=time.monotonic())
-            while not self._stop.wait(self.settings.every_s):
-                self._step()
+            while not self._stop.wait(self.settings.every_s) and ray.is_initialized():
+                self._step()  # (after ray.shutdown, a call here would start Ray again)
         except BaseException as err:  # (logged; the runtime goes on with the plan in force)
             self.failed = err
             if not self._stop.is_set():

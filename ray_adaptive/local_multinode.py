@@ -3,7 +3,7 @@
 Wraps ``ray.cluster_utils.Cluster`` with the settings this project learned it
 needs: its own temp dir (so a stale ``/tmp/ray/ray_current_cluster`` from
 another cluster never matters, and nothing else on the machine is touched),
-no dashboard, metrics collection off (clean worker shutdown), and a shutdown
+no dashboard, metrics collection off unless asked for (clean worker shutdown), and a shutdown
 that removes what it started, ephemeral resources included.
 
 Example::
@@ -35,6 +35,14 @@ class LocalCluster:
     node_ids: list
     temp_dir: str
     static_resources: dict = field(default_factory=dict)  # node id -> resources it registered with
+    metrics_ports: dict = field(default_factory=dict)  # node id -> its Prometheus port (metrics=True)
+
+    def metrics_url(self, node_id: Optional[str] = None) -> str:
+        """The Prometheus endpoint of ``node_id`` (default: the head), with ``metrics=True``."""
+        port = self.metrics_ports.get(node_id or self.head)
+        if port is None:
+            raise ValueError("this cluster exports no metrics: start it with metrics=True")
+        return f"http://127.0.0.1:{port}/metrics"
 
     @property
     def head(self) -> str:
@@ -67,12 +75,15 @@ def start_local_cluster(
     system_config: Optional[Mapping] = None,
     connect: bool = True,
     quiet: bool = True,
+    metrics: bool = False,
 ) -> LocalCluster:
     """Start ``num_nodes`` raylets with ``num_cpus`` each; connect this process unless ``connect=False``.
 
     ``node_resources[i]`` adds custom resources to node ``i`` and
     ``node_labels[i]`` Ray node labels (what ``ray start --labels`` sets);
     ``system_config`` is merged over ``{"enable_metrics_collection": False}``.
+    ``metrics=True`` turns collection on instead, reported every second, and
+    gives each node a Prometheus endpoint of its own (``lc.metrics_url()``).
     """
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -89,17 +100,20 @@ def start_local_cluster(
     os.environ["RAY_TMPDIR"] = root  # where ray_current_cluster is written
     extra = [dict(r) for r in node_resources] if node_resources else [{} for _ in range(num_nodes)]
     labels = [dict(x) for x in node_labels] if node_labels else [{} for _ in range(num_nodes)]
-    config = {"enable_metrics_collection": False, **(system_config or {})}
+    config = {"enable_metrics_collection": metrics, **(system_config or {})}
+    if metrics:
+        config.setdefault("metrics_report_interval_ms", 1000)
+    ports = [_free_port() if metrics else None for _ in range(num_nodes)]
     cluster = Cluster(
         initialize_head=True,
         head_node_args=dict(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[0], labels=labels[0],
-                            include_dashboard=False, _system_config=config),
+                            include_dashboard=False, metrics_export_port=ports[0], _system_config=config),
     )
     try:
         node_ids = [cluster.head_node.node_id]
         for i in range(1, num_nodes):
             node_ids.append(cluster.add_node(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[i],
-                                             labels=labels[i]).node_id)
+                                             labels=labels[i], metrics_export_port=ports[i]).node_id)
         cluster.wait_for_nodes()
         static = {}
         if connect:
@@ -111,7 +125,16 @@ def start_local_cluster(
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)
         raise
-    return LocalCluster(cluster, node_ids, root, static)
+    return LocalCluster(cluster, node_ids, root, static,
+                        {n: p for n, p in zip(node_ids, ports) if p is not None})
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

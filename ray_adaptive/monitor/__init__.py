@@ -216,6 +216,11 @@ class Monitor:
         adaptive controller's); exported beside the measured one."""
         self._estimate = goodput
 
+    @property
+    def estimate(self) -> Optional[float]:
+        """The goodput (tasks/s) last given to :meth:`set_estimate`, or None."""
+        return self._estimate
+
     def export(self, router=None) -> None:
         """Set the Ray metrics ``ray_adaptive_*`` (see :mod:`ray_adaptive.monitor.metrics`)."""
         from ray_adaptive.monitor.metrics import RayMetrics

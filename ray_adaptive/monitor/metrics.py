@@ -56,7 +56,7 @@ class RayMetrics:
         self.plan = metrics.Gauge("ray_adaptive_plan_in_force", "1 for the plan in force", ("policy", "plan"))
         self.switches = metrics.Counter("ray_adaptive_switches_total", "live plan switches", p)
         self._last: Dict[tuple, float] = {}  # (counter, group) -> value exported
-        self._seen_latencies = 0
+        self._decided = 0  # this process's tasks decided, at the last export
         self._plan: Optional[str] = None
         self._generation = 0
 
@@ -75,20 +75,23 @@ class RayMetrics:
         snap = monitor.snapshot(window_s=10.0)
         self.gauges["arrival_rate"].set(snap["rate_per_s"], self.tag)
         self.gauges["goodput_measured"].set(sum(c.get("goodput_per_s", 0.0) for c in load["groups"].values()), self.tag)
-        if monitor._estimate is not None:
-            self.gauges["goodput_estimated"].set(monitor._estimate, self.tag)
+        if monitor.estimate is not None:
+            self.gauges["goodput_estimated"].set(monitor.estimate, self.tag)
         if router is None:
             return
         report = router.report()
         for group, c in report["groups"].items():
             self.pending.set(c.get("pending", 0), {**self.tag, "group": group})
         self.gauges["outstanding"].set(sum(router.outstanding().values()), self.tag)
-        latencies = router.decision_latencies()
-        # the ones since the last export (a ring that wrapped meanwhile: its newest), at most 2,000 of them
-        new = latencies[self._seen_latencies:] if len(latencies) >= self._seen_latencies else latencies
-        for v in new[-2000:]:
-            self.latency.observe(v, self.tag)
-        self._seen_latencies = len(latencies)
+        # As many of the newest latencies as this process had tasks decided since the last export
+        # (the scheduler keeps a ring, whose length stops telling what is new once it is full), at
+        # most 2,000: a histogram needs a sample, not every decision.
+        decided = sum(c["decided"] for c in load["groups"].values())
+        new = min(decided - self._decided, 2000)
+        if new > 0:
+            for v in router.decision_latencies()[-new:]:
+                self.latency.observe(v, self.tag)
+        self._decided = decided
         plan, generation = router.topology.plan.name, router.topology.generation
         if plan != self._plan:
             if self._plan is not None:

@@ -498,7 +498,7 @@ class SelectorClient:
     def _run(self) -> None:
         import ray
 
-        while True:
+        while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
             with self._cond:
                 while self._freezing and self._local is None and not self._closed:  # (a lease goes back first)
                     self._parked = True

@@ -1,0 +1,130 @@
+"""The metrics an operator scrapes: a policy runtime on a cluster with metrics export on, its
+node's Prometheus endpoint read over HTTP, and every metric the Grafana dashboard plots found there.
+
+The session's shared cluster runs with metrics collection off, and a driver is connected to one
+cluster at a time, so the runtime runs in a process of its own, on a two-node cluster of its own
+(``local_cluster(metrics=True)``: collection on, reported every second, a Prometheus port per
+node). It prints what it scraped as JSON; the checks are here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DASHBOARD = ROOT / "examples" / "grafana" / "ray_adaptive.json"
+
+_RUN = textwrap.dedent('''
+    import json, time, urllib.request
+
+    import ray
+    import ray_adaptive as ra
+    from ray_adaptive.compiler import Profile
+    from ray_adaptive.local_multinode import local_cluster
+
+    def scrape(url):
+        samples = {}
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if line and not line.startswith("#"):
+                head, value = line.rsplit(" ", 1)
+                name, _, labels = head.partition("{")
+                samples.setdefault(name, []).append((dict(kv.split("=", 1) for kv in
+                                                         labels.rstrip("}").replace('"', "").split(",") if kv),
+                                                    float(value)))
+        return samples
+
+    @ray.remote(num_cpus=1)
+    def work(i):
+        time.sleep(4 if i < 0 else 0.01)
+        return i
+
+    with local_cluster(num_nodes=2, num_cpus=2, metrics=True) as lc:
+        # adaptive, so that the compiler's estimate is exported; it never switches by itself here
+        # (dwell_s), the one switch is forced, so that switches_total has something to count
+        rt = ra.start("drf_lb", plan="adaptive", initial="centralized", rate=20, metrics_every_s=0.5,
+                      profile=Profile(message_s=6e-3), fractions=(0.05, 0.2), every_s=0.5, window_s=1.0,
+                      dwell_s=3600)
+        deadline = time.monotonic() + 120
+        while rt.adaptation.controller is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        fn = ra.policy("drf_lb")(work)
+        refs = [fn.options(task={"tenant": "ab"[i % 2], "resource_vec": [0.1, 0.2, 0.1]}).remote(i)
+                for i in range(40)]
+        ray.get(refs)
+        rt.switch("decentralized")
+        ray.get([fn.options(task={"tenant": "a", "resource_vec": [0.1, 0.2, 0.1]}).remote(i) for i in range(10)])
+        # a task dropped at its deadline: every slot is held by a long task, so it cannot be placed
+        slots = sum(n["executors"] + n["queue"] for n in rt.topology.nodes)
+        slow = [fn.options(task={"tenant": "b", "resource_vec": [0.1, 0.2, 0.1]}, num_cpus=0).remote(-1)
+                for _ in range(slots)]
+        try:  # (.remote() waits for the decision: a dropped task raises there)
+            fn.options(task={"tenant": "c", "resource_vec": [0.1, 0.2, 0.1]}, deadline_s=0.5).remote(0)
+            dropped = False
+        except ra.PlacementDeadlineExceeded:
+            dropped = True
+        ray.get(slow)
+        samples = {}
+        deadline = time.monotonic() + 60  # until the last export has reached the endpoint
+        while time.monotonic() < deadline:
+            samples = scrape(lc.metrics_url())
+            done = [v for labels, v in samples.get("ray_ray_adaptive_finishes_total", []) if labels.get("group") == "b"]
+            if samples.get("ray_ray_adaptive_drops_total") and sum(done) >= 20 + len(slow) \\
+                    and samples.get("ray_ray_adaptive_switches_total"):
+                break
+            time.sleep(0.5)
+        print("RESULT " + json.dumps({"dropped": dropped, "slots": slots, "samples": samples}))
+        ra.shutdown()
+''')
+
+
+@pytest.fixture(scope="module")
+def scraped() -> dict:
+    out = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, f"the run failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _dashboard_metrics() -> set:
+    """The metric names the dashboard's queries read (a histogram's as its ``_bucket`` series)."""
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+    return {m for e in exprs for m in re.findall(r"\b(ray_[a-z_]+)\b", e)}
+
+
+def _total(samples: dict, name: str, **labels) -> float:
+    return sum(v for tags, v in samples.get(name, []) if all(tags.get(k) == x for k, x in labels.items()))
+
+
+def test_every_metric_the_dashboard_plots_is_scraped(scraped):
+    wanted = _dashboard_metrics()
+    assert {"ray_ray_adaptive_decisions_total", "ray_ray_adaptive_decision_latency_s_bucket",
+            "ray_tasks"} <= wanted  # (the dashboard reads ours and Ray's own)
+    missing = sorted(wanted - set(scraped["samples"]))
+    assert not missing, f"the dashboard plots metrics the endpoint does not have: {missing}"
+
+
+def test_the_counters_count_what_the_runtime_did(scraped):
+    s = scraped["samples"]
+    assert scraped["dropped"]
+    assert _total(s, "ray_ray_adaptive_decisions_total", policy="drf_lb", group="a") == 30
+    assert _total(s, "ray_ray_adaptive_finishes_total", policy="drf_lb", group="a") == 30
+    assert _total(s, "ray_ray_adaptive_finishes_total", policy="drf_lb", group="b") == 20 + scraped["slots"]
+    assert _total(s, "ray_ray_adaptive_drops_total", policy="drf_lb", group="c") == 1
+    assert _total(s, "ray_ray_adaptive_switches_total", policy="drf_lb") == 1
+    assert _total(s, "ray_ray_adaptive_decision_latency_s_count", policy="drf_lb") > 0
+    in_force = {tags["plan"]: v for tags, v in s["ray_ray_adaptive_plan_in_force"]}
+    assert [p for p, v in in_force.items() if v == 1] == [p for p in in_force if p.startswith("decentralized")]
+    # the last tasks finished a second or two ago: the 10 s window still counts them; the estimate
+    # (at the measured load, idle by now) is there, whatever its value
+    assert _total(s, "ray_ray_adaptive_goodput_measured", policy="drf_lb") > 0
+    assert [tags for tags, _ in s["ray_ray_adaptive_goodput_estimated"] if tags.get("policy") == "drf_lb"]
