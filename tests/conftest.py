@@ -21,15 +21,19 @@ NUM_NODES = 4
 CPUS_PER_NODE = 2
 
 
-def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message: str = ""):
-    """Poll ``predicate`` until it returns a truthy value; return that value."""
+def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message=""):
+    """Poll ``predicate`` until it returns a truthy value; return that value.
+
+    ``message``: what is waited for, in the error on a timeout; a callable is called then (to
+    describe what was seen last)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+            what = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(period)
 
 
@@ -68,16 +72,8 @@ def assert_no_leaks(rc) -> None:
         }
         return (not leaks and not drift), leaks, drift
 
-    deadline = time.monotonic() + 10
-    while True:
-        ok, leaks, drift = clean()
-        if ok:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"resources leaked after the module: created={leaks}, CPU drift={drift}"
-            )
-        time.sleep(0.05)
+    wait_for(lambda: clean()[0], timeout=10, period=0.05,
+             message=lambda: "no resource left after the module; created={}, CPU drift={}".format(*clean()[1:]))
 
 
 @pytest.fixture(scope="module")

@@ -260,7 +260,6 @@ def test_plan_file_schema(far_above):
     for p in d["plans"]:
         assert {"name", "architecture", "approximations", "latency_s", "throughput", "competitive_ratio",
                 "kept", "why"} <= set(p)
-        assert p["architecture"] in ("centralized", "decentralized", "hybrid")
         if p["latency_s"] is not None:  # an enumerated plan: the runtime can rebuild it from the file
             got, want = Plan.from_dict(p), far_above.estimate(p["name"]).plan
             assert got.k(12) == want.k(12) and dataclasses.replace(got, schedulers=want.schedulers) == want

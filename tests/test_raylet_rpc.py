@@ -14,6 +14,7 @@ import ray
 
 from ray_adaptive._private import raylet
 from ray_adaptive.errors import ResourceError
+from tests.conftest import wait_for
 
 
 def test_ray_version_is_the_one_we_target():
@@ -94,12 +95,7 @@ def test_resize_semantics_on_a_live_raylet(ray_cluster):
     def held():
         return client.load([node])[node][1].get("rpc_probe", 0) == 1
 
-    import time
-
-    deadline = time.monotonic() + 20
-    while not held():
-        assert time.monotonic() < deadline, "task never took rpc_probe"
-        time.sleep(0.02)
+    wait_for(held, timeout=20, message="the task to take 2 of the 3 rpc_probe")
     # Shrinking below the 2 units in use is clamped to them.
     assert client.resize(node, {"rpc_probe": 0})["rpc_probe"] == 2, (
         "ResizeLocalResourceInstances no longer clamps to in-use: "

@@ -162,7 +162,9 @@ def test_a_process_that_joins_during_a_switch_takes_up_the_new_plan(drf):
 
     marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
     rt.switch("decentralized", _on_phase=join_now)
-    time.sleep(1.0)
+    # (not a fixed second: a process start alone can take longer on a loaded machine, and one
+    # stopped before it submits has nothing to show)
+    wait_for(lambda: os.path.exists(os.path.join(marks, "d-0")), timeout=60, message="the late process's first task ran")
     (s, run), = late
     s.stop.remote()
     n, got = ray.get(run, timeout=60)
