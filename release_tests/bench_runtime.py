@@ -35,6 +35,50 @@ import statistics
 import time
 
 VEC = [0.1, 0.2, 0.1]
+FIELDS = {"least_loaded": {}, "drf_lb": {"tenant": "a", "resource_vec": VEC}, "round_robin": {}, "fifo": {}}
+
+
+def plain_loop(fn, tasks: int) -> None:
+    import ray
+
+    ray.get([fn.remote(i) for i in range(tasks)])
+
+
+def gated_loop(fn, slots: dict, depth: int, queue: int, tasks: int) -> None:
+    """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
+    room, one ``ray.wait`` over what runs waits for queue/2 of them to finish, as the router does."""
+    import ray
+
+    bound = [fn.options(resources={slot: 1}) for slot in slots.values()]
+    room = [depth] * len(bound)
+    running: dict = {}  # ObjectRef -> node index
+    refs, k = [], 0
+    for t in range(tasks):
+        while not any(room):
+            ready, _ = ray.wait(list(running), num_returns=min(max(1, queue // 2), len(running)),
+                                timeout=0.005, fetch_local=False)
+            for r in ready:
+                room[running.pop(r)] += 1
+        while not room[k % len(bound)]:
+            k += 1
+        i = k % len(bound)
+        room[i] -= 1
+        k += 1
+        ref = bound[i].remote(t)
+        running[ref] = i
+        refs.append(ref)
+    ray.get(refs)
+
+
+def policy_loop(fn, policy: str, fields: dict, how: str, tasks: int):
+    """A loop of ``tasks`` submissions of ``fn`` decorated with ``policy``: ``.remote()`` in a loop, as
+    users write it, or ``.submit()`` then every Future's result; returns the refs."""
+    import ray_adaptive as ra
+
+    f = ra.policy(policy)(fn).options(task=fields) if fields else ra.policy(policy)(fn)
+    if how == "remote":
+        return lambda: [f.remote(i) for i in range(tasks)]
+    return lambda: [x.result() for x in [f.submit(i) for i in range(tasks)]]
 
 
 def _within(seconds: float, loop, runtime):

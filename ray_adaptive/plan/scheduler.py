@@ -110,17 +110,20 @@ class Scheduler:
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
                  sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
                  split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None,
-                 records: int = 0):
+                 records: int = 0, overflow: bool = False):
         """``queue`` / ``scoring``: given by a host that groups and scores tasks its own way (the
         simulator: with the resource fit, group keys cached per task); by default, from ``program``.
         ``records``: how many recent decisions to keep, each with its scores on every candidate
-        (see :mod:`ray_adaptive.plan.explain`); 0: none."""
+        (see :mod:`ray_adaptive.plan.explain`); 0: none. ``overflow``: with no node having room,
+        a task without a deadline is decided among every live node all the same, and waits in
+        Ray's queue behind its node's slot (see :mod:`ray_adaptive.plan.holding`)."""
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
         self.hooks = hooks
         self.fifo = fifo
         self.sample_d = sample_d
+        self.overflow = overflow
         self.log = DeltaLog(merge, self.interp.state) if merge else None
         self._rng = random.Random(seed)
         self.queue = queue if queue is not None else PendingQueue(row_key(program.score), fifo=fifo, deadlines=True)
@@ -149,8 +152,9 @@ class Scheduler:
     def pending(self) -> int:
         return len(self.queue)
 
-    def _candidates(self) -> List[NodeState]:
-        room = [n for n in self.nodes if n.has_room]
+    def _candidates(self, full: bool = False) -> List[NodeState]:
+        """The nodes with room (``full``: every live node; see ``overflow``), power-of-d sampled."""
+        room = [n for n in self.nodes if n.alive] if full else [n for n in self.nodes if n.has_room]
         if self.sample_d and len(room) > self.sample_d:
             picks = sorted(self._rng.sample(range(len(room)), self.sample_d))  # node order kept: the tie rule
             room = [room[i] for i in picks]
@@ -189,13 +193,20 @@ class Scheduler:
                 chosen += late
                 if late:
                     continue
-            pick = self.pick(self._candidates(), now)
+            cands = self._candidates()
+            full = not cands and self.overflow
+            pick = self.pick(self._candidates(full=True) if full else cands, now)
             if pick is None:
                 break
             task, node = pick
             if task.deadline < now:  # (an ungrouped queue scores every task: one past its deadline can win)
                 chosen.append(task)  # dropped, node None: a decision is made by the deadline or not at all
                 continue
+            if full and task.deadline < math.inf:  # it waits for room: its deadline is a placement deadline
+                self.queue.add(task)  # (back where it was; its OnArrival has run)
+                if self.records is not None:
+                    self.records.pop()
+                break
             node.own += 1
             task.node = node.id
             self.running[task.id] = task
