@@ -98,3 +98,35 @@ def test_overflow_places_nothing_on_dead_nodes_nor_where_score_is_infeasible():
     out = _decide(sched, [TaskState("x", 0.0, {"ok": True}), TaskState("y", 1.0, {"ok": False}),
                           TaskState("z", 2.0, {"ok": True})])
     assert [t.id for t in out] == ["x", "z"] and sched.pending == 1 and math.isinf(sched.queue.tasks()[0].deadline)
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "drf_lb", "round_robin", "fifo", "bin_pack", "locality",
+                                    "weighted_fair", "priority"])
+@pytest.mark.parametrize("overflow", [False, True])
+def test_a_task_decided_on_arrival_is_decided_as_through_the_queue(policy, overflow):
+    """Scheduler.add_and_decide (a submission decided at once while nothing waits) makes exactly the
+    decisions, State and records of add + decide, with and without overflow, deadlines included."""
+    import random
+
+    from test_scheduler import _fields
+
+    p = load_policy(policy)
+
+    def run(fast: bool):
+        rng = random.Random(7)
+        s = Scheduler(p, [NodeState(f"n{i}", i, 1, 1, {"CPU": 1.0}, {"zone": "z1"}) for i in range(3)],
+                      split=score_split(p), overflow=overflow, records=50)
+        out, running = [], []
+        for i in range(300):
+            now = i * 0.01
+            t = TaskState(f"t{i:04d}", now, _fields(p, rng), deadline=now + 0.05 if i % 7 == 0 else math.inf)
+            decided = s.add_and_decide(t, now) if fast else (s.add(t, now) or s.decide(now))
+            out += [(d.id, d.node) for d in decided]
+            running += [d.id for d in decided if d.node is not None]
+            if rng.random() < 0.6 and running:
+                s.finish(running.pop(rng.randrange(len(running))), now)
+                out += [(d.id, d.node) for d in s.decide(now)]
+        recs = [(r.task, r.node, r.scores) for r in s.records]
+        return out, repr(s.export()), recs
+
+    assert run(True) == run(False)

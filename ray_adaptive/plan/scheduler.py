@@ -53,7 +53,7 @@ __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 POOL = "pool"  # the node id of the hybrid selector's single candidate: every slot of the cluster
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     """A node as one scheduler sees it (the interpreter's NodeView)."""
 
@@ -88,7 +88,7 @@ class NodeState:
         return cls(d["id"], d["index"], d["executors"], d["queue"], dict(d["resources"]), dict(d["fields"]))
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskState:
     """A task as schedulers see it (the interpreter's TaskView); plain data, sent between processes."""
 
@@ -131,8 +131,18 @@ class Scheduler:
         self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
                                                                        group_key(program.score) or (lambda t: t.id))
         self.running: Dict[str, TaskState] = {}  # decided, not finished
-        self.records: Optional[deque] = deque(maxlen=records) if records > 0 else None
+        # (task id, time, candidates, j, scores, row) per decision: a DecisionRecord is made when asked for
+        self._records: Optional[deque] = deque(maxlen=records) if records > 0 else None
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
+
+    @property
+    def records(self) -> Optional[List]:
+        """The recent decisions as :class:`~ray_adaptive.plan.explain.DecisionRecord` (None: none kept).
+        Made when asked: a decision keeps its candidates and scores, not a record of them."""
+        if self._records is None:
+            return None
+        return [record(tid, now, cands, j, [scores.cell(i, k) for k in range(len(cands))])
+                for tid, now, cands, j, scores, i in list(self._records)]
 
     # ---------------------------------------------------------------- hooks
     def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
@@ -177,8 +187,8 @@ class Scheduler:
         i, j = best
         task = rows[i]
         self.queue.take(task, i)
-        if self.records is not None:
-            self.records.append(record(task.id, now, candidates, j, [scores.cell(i, k) for k in range(len(candidates))]))
+        if self._records is not None:
+            self._records.append((task.id, now, candidates, j, scores, i))
         return task, candidates[j]
 
     def decide(self, now: float) -> List[TaskState]:
@@ -204,18 +214,45 @@ class Scheduler:
                 continue
             if full and task.deadline < math.inf:  # it waits for room: its deadline is a placement deadline
                 self.queue.add(task)  # (back where it was; its OnArrival has run)
-                if self.records is not None:
-                    self.records.pop()
+                if self._records is not None:
+                    self._records.pop()
                 break
-            node.own += 1
-            task.node = node.id
-            self.running[task.id] = task
-            self._hook("OnDispatch", task, node, now)
+            self._bind(task, node, now)
             chosen.append(task)
             end = time.perf_counter()
             self.decision_s.append(end - start)
             start = end
         return chosen
+
+    def _bind(self, task: TaskState, node: NodeState, now: float) -> None:
+        node.own += 1
+        task.node = node.id
+        self.running[task.id] = task
+        self._hook("OnDispatch", task, node, now)
+
+    def add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
+        """:meth:`add` then :meth:`decide`, for a task arriving at an empty queue: scored alone, as the
+        queue's only row would be (the same decision), without passing through the queue."""
+        if self.queue:
+            self.add(task, now)
+            return self.decide(now)
+        self._hook("OnArrival", task, None, now)
+        start = time.perf_counter()
+        cands = self._candidates()
+        if not cands and self.overflow and task.deadline == math.inf:
+            cands = self._candidates(full=True)
+        if cands:
+            scores = self.scoring.scores(self.interp, [task], cands, now)
+            best = scores.argmin()
+            if best is not None:
+                j = best[1]
+                if self._records is not None:
+                    self._records.append((task.id, now, cands, j, scores, 0))
+                self._bind(task, cands[j], now)
+                self.decision_s.append(time.perf_counter() - start)
+                return [task]
+        self.queue.add(task)
+        return []
 
     def finish(self, task_id: str, now: float) -> Optional[TaskState]:
         """A decided task left its node: free its room and run OnFinish. None if unknown."""

@@ -48,7 +48,7 @@ from ray_adaptive.runtime.messages import Handover, new_client_id
 from ray_adaptive.runtime.switch import PlanWatcher
 
 
-@dataclass
+@dataclass(slots=True)
 class _Task:
     """A submitted task in this process: what to launch and whom to tell."""
 
@@ -62,10 +62,6 @@ class _Task:
     expired: bool = False  # dropped at its deadline while undecided: still in the scheduler's queue
     ref: Any = None  # its ObjectRef, once launched
     error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
-
-    @property
-    def deadline(self) -> float:
-        return self.state.deadline
 
     @property
     def settled(self) -> bool:
@@ -83,6 +79,9 @@ class RouterStats:
     dispatched: int = 0
     finished: int = 0
     dropped: int = 0  # not placed by their deadline: never launched
+    harvests: int = 0  # looks for finished tasks (a ray.wait each)
+    scans: int = 0  # of them, over every task in flight (the others: over the windows)
+    watched: int = 0  # refs those looks were given, in all
 
 
 class Router:
@@ -208,8 +207,8 @@ class Router:
             if future is not None:
                 future.task_id = state.id  # (what to ask why it waits: PolicyRuntime.why_pending)
             self._tasks[state.id] = task
-            if task.deadline < math.inf:
-                heapq.heappush(self._deadlines, (task.deadline, state.id))
+            if state.deadline < math.inf:
+                heapq.heappush(self._deadlines, (state.deadline, state.id))
             self.stats.submitted += 1
             if self.monitor is not None:
                 self.monitor.arrived(state.arrival, fields)
@@ -218,58 +217,80 @@ class Router:
                 chosen = []
             else:
                 chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
-            self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
-        self._launch(chosen)
+            if chosen:  # (claimed under this lock: one lock round less per task)
+                claimed, gone = self._claim(chosen, now)
+            else:
+                self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
+        if chosen:
+            self._fire(claimed, gone)
         return task
 
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
-        now = self.now()
+        if not decided:
+            return
+        with self._cond:
+            claimed, gone = self._claim(decided, self.now())
+        self._fire(claimed, gone)
+
+    def _claim(self, decided: List[TaskState], now: float) -> tuple:
+        """Of the decided tasks, those to launch now and those never to be (holds the lock)."""
+        claimed: List[_Task] = []
         gone: List[_Task] = []  # never launched: dropped (deadline), cancelled (close) or refused by Ray
         for state in decided:
-            with self._cond:
-                task = self._tasks.get(state.id)
-                if task is None:
-                    continue
-                if task.error is None:
-                    if state.node is None:  # the scheduler dropped it at its deadline (before _expire did)
-                        self._drop(task, "was not placed by then")
-                    elif now > task.deadline:  # placed too late (before _expire saw it)
-                        self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
-                if task.error is not None:  # dropped before it costs a launch and a slot
-                    del self._tasks[state.id]
-                    if task.expired:  # the scheduler reached it: no longer in its queue
-                        self._expired -= 1
-                    gone.append(task)
-                    continue
-                task.node, task.dispatched_at = state.node, now
-            try:
-                ref = task.launch(state.node)
-            except BaseException as err:  # a bad argument or option: the caller gets the error
-                with self._cond:
-                    self._tasks.pop(state.id, None)
-                    task.error = err
+            task = self._tasks.get(state.id)
+            if task is None:
+                continue
+            if task.error is None:
+                if state.node is None:  # the scheduler dropped it at its deadline (before _expire did)
+                    self._drop(task, "was not placed by then")
+                elif now > task.state.deadline:  # placed too late (before _expire saw it)
+                    self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+            if task.error is not None:  # dropped before it costs a launch and a slot
+                del self._tasks[state.id]
+                if task.expired:  # the scheduler reached it: no longer in its queue
+                    self._expired -= 1
                 gone.append(task)
                 continue
+            task.node, task.dispatched_at = state.node, now
+            claimed.append(task)
+        return claimed, gone
+
+    def _fire(self, claimed: List[_Task], gone: List[_Task]) -> None:
+        """Launch claimed tasks (outside the lock), then count them launched, in one lock round."""
+        launched = []
+        for task in claimed:
+            try:
+                launched.append((task, task.launch(task.node)))
+            except BaseException as err:  # a bad argument or option: the caller gets the error
+                with self._cond:
+                    self._tasks.pop(task.state.id, None)
+                    task.error = err
+                gone.append(task)
+        if launched:
             with self._cond:
-                task.launched, task.ref = True, ref
-                self.stats.dispatched += 1
-                if self.monitor is not None:
-                    self.monitor.decided(state.fields)
+                monitor, per_node, order_of = self.monitor, self._per_node, self._order
+                for task, ref in launched:
+                    task.launched, task.ref = True, ref
+                    if monitor is not None:
+                        monitor.decided(task.state.fields)
+                    node = task.node
+                    per_node[node] = per_node.get(node, 0) + 1
+                    self._launched[ref] = task
+                    order = order_of.get((node, task.shape))
+                    if order is None:
+                        order = order_of[(node, task.shape)] = deque()
+                    order.append(ref)
+                self.stats.dispatched += len(launched)
                 self._last_launch = time.monotonic()
                 if self._pause_from is not None:  # the first decision after a switch
                     self.pauses.append((self.topology.generation, self._last_launch - self._pause_from))
                     self._pause_from = None
-                self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
-                self._launched[ref] = task
-                order = self._order.get((state.node, task.shape))
-                if order is None:
-                    order = self._order[(state.node, task.shape)] = deque()
-                order.append(ref)
                 if self._waiters:
                     self._cond.notify_all()
-            if task.future is not None:
-                task.future.set_result(ref)
+            for task, ref in launched:
+                if task.future is not None:
+                    task.future.set_result(ref)
         if gone:
             self._tell(gone)
             placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
@@ -404,7 +425,7 @@ class Router:
             self.monitor.dropped(task.state.fields)
         task.error = PlacementDeadlineExceeded(
             f"task {task.state.id} of policy {self.policy.name!r} {when}, past its deadline_s "
-            f"{task.deadline - task.state.arrival:g}; dropped without running")
+            f"{task.state.deadline - task.state.arrival:g}; dropped without running")
 
     def _tell(self, tasks: List[_Task]) -> None:
         """Wake the callers of settled tasks that were not launched (outside the lock)."""
@@ -442,6 +463,9 @@ class Router:
 
         with self._cond:
             refs, windowed = self._watch()
+            self.stats.harvests += 1
+            self.stats.scans += not windowed
+            self.stats.watched += len(refs)
         self._harvested_at = time.monotonic()
         if not refs:
             if block:
