@@ -52,7 +52,8 @@ class PolicyRuntime:
 
     ``binding`` is None in a process that joined a runtime another one started.
     ``plan`` / ``why``: the plan in force (a :class:`~ray_adaptive.plan.Plan`) and why it was
-    chosen; ``history``: every live switch this process made (see :meth:`switch`).
+    chosen; ``history``: every live switch this process made (see :meth:`switch`); ``holding``:
+    who holds tasks while every node is full, and why (``hold=`` of :func:`start`).
     """
 
     policy: Policy
@@ -61,6 +62,7 @@ class PolicyRuntime:
     router: Any
     binding: Any = None
     adaptation: Any = None  # plan="adaptive": the controller's loop (ray_adaptive.adaptation)
+    holding: str = ""
     _history: list = field(default_factory=list, repr=False)
     _switching: Any = field(default_factory=threading.Lock, repr=False)
     _owned: Any = field(default=None, repr=False)  # the topology this process built last (it owns its actors)
@@ -89,7 +91,8 @@ class PolicyRuntime:
 
         s = self.router.stats
         p50, p99 = percentiles(self.router.decision_latencies(), (0.5, 0.99))
-        return {"plan": self.plan.name, "architecture": self.plan.architecture, "submitted": s.submitted,
+        return {"plan": self.plan.name, "architecture": self.plan.architecture,
+                "held_by": "ray" if self.topology.overflow else "caller", "submitted": s.submitted,
                 "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
                 "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
 
@@ -206,7 +209,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
           executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
           metrics_every_s: Optional[float] = 5.0, profile: Any = None, decision_records: int = 1000,
-          **adaptive) -> PolicyRuntime:
+          hold: str = "auto", **adaptive) -> PolicyRuntime:
     """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
 
     Args:
@@ -233,6 +236,13 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             every candidate node, to answer :meth:`PolicyRuntime.why_placed` (0: none).
         profile: the compiler's latency model (a :class:`~ray_adaptive.compiler.Profile`) for
             ``"auto"`` and ``"adaptive"``: calibrate it to the cluster's message latencies.
+        hold: who holds tasks while every node is full. ``"caller"``: the policy's scheduler,
+            until a node has room (the cluster model; ``.remote()`` waits meanwhile);
+            ``"ray"``: Ray's queue, behind the node's slot resource -- the task is decided at once
+            (a task with ``deadline_s`` still waits for room); ``"auto"``: ``"ray"`` when the
+            policy provably decides alike either way (Score reads no task and strictly increases
+            with the node's load, as least_loaded), else ``"caller"``. ``rt.holding`` says which
+            and why (see :mod:`ray_adaptive.plan.holding`).
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
             ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
             ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`), ``fractions`` (the
@@ -249,6 +259,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
 
     from ray_adaptive.compiler import analyze, lower, select_plan
     from ray_adaptive.plan import NodeState
+    from ray_adaptive.plan.holding import HOLDS, resolve_hold
     from ray_adaptive.runtime.binding import SlotBinding
     from ray_adaptive.runtime.messages import new_client_id
     from ray_adaptive.runtime.topology import build
@@ -258,6 +269,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         raise ValueError(f"executors must be a positive int, got {executors!r}")
     if not isinstance(queue, int) or queue < 0:
         raise ValueError(f"queue must be a non-negative int, got {queue!r}")
+    if hold not in HOLDS:
+        raise ValueError(f"hold must be one of {', '.join(map(repr, HOLDS))}, got {hold!r}")
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise ValueError(f"rate must be a positive number of tasks/s, got {rate!r}")
     node_fields = dict(node_fields or {})
@@ -282,14 +295,17 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         chosen, why = select_plan(p, first, nodes=len(nodes),
                                   executors=nodes[0]["executors"], queue=queue, rate=rate, profile=profile)
         lowered = lower(chosen, analyze(p))
+        overflow, holding = resolve_hold(hold, lowered.split)
         binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
         topology = None
         try:
             slots = {node: slot.resource for node, slot in binding.slots.items()}
-            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id(), decision_records)
+            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id(), decision_records,
+                             overflow)
             client = new_client_id()
             ray.get(topology.store.join.remote(client))
             rt = _runtime(p, chosen, why, topology, client, group_by, metrics_every_s, binding)
+            rt.holding = holding
             rt.publish_info(group_by=group_by)
             if settings is not None:
                 rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile)
@@ -470,6 +486,8 @@ class PolicyFunction:
         self._deadline_s = deadline_s
         self._bound: dict = {}
         self._bound_key: Optional[tuple] = None
+        self._bound_slots: Optional[dict] = None  # the slot mapping _bound was made for (its identity)
+        self._checked: Optional[Policy] = None  # the policy the fields were checked against
 
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options) -> "PolicyFunction":
@@ -497,28 +515,39 @@ class PolicyFunction:
 
     def _route(self, args, kwargs, wait: bool):
         """Hand this call to the policy's router (its fields checked first): the ObjectRef once
-        placed (``wait``), else a Future of it."""
-        rt = runtime_of(self._policy)
-        _check_fields(rt.policy.task_fields, self._task, f"task for policy {self._policy!r}", "task")
+        placed (``wait``), else a Future of it. What does not change between calls -- the
+        runtime, the fields' check against its policy, the per-node bound functions -- is
+        looked up once, not per task."""
+        rt = _runtimes.get(self._policy) or runtime_of(self._policy)  # (a dict read needs no lock)
+        if self._checked is not rt.policy:
+            _check_fields(rt.policy.task_fields, self._task, f"task for policy {self._policy!r}", "task")
+            self._checked = rt.policy
         bound = self._bound_per_node(rt)
 
         def launch(node_id: str):
             return bound[node_id].remote(*args, **kwargs)
 
-        route = rt.router.call if wait else rt.router.submit
-        return route(dict(self._task), launch, self._deadline_s)
+        # (the fields are this object's own copy, read-only from here: every task shares them)
+        # (``bound``'s identity: tasks Ray queues alike, one function and options; see the router)
+        if wait:
+            return rt.router.call(self._task, launch, self._deadline_s, id(bound))
+        return rt.router.submit(self._task, launch, self._deadline_s, id(bound))
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> this function with its options and that node's slot, made once per
         runtime: Ray's ``.options()`` costs more than the decision itself. Keyed by the
         exact node -> slot mapping, so a restarted policy never reuses a stale binding."""
-        key = tuple(rt.slots.items())
+        slots = rt.slots
+        if slots is self._bound_slots:
+            return self._bound
+        key = tuple(slots.items())
         if self._bound_key != key:
             user_resources = self._options.get("resources") or {}
             base = {k: v for k, v in self._options.items() if k != "resources"}
             self._bound = {node: self._fn.options(**base, resources={**user_resources, slot: 1})
-                           for node, slot in rt.slots.items()}
+                           for node, slot in slots.items()}
             self._bound_key = key
+        self._bound_slots = slots
         return self._bound
 
     def remote(self, *args, **kwargs):

@@ -1,48 +1,106 @@
-"""Policy-driven dispatch throughput vs plain Ray tasks, on one local cluster, in one run.
+"""What a policy costs the caller: policy-decorated tasks vs plain Ray tasks, in one run.
 
     python release_tests/bench_runtime.py [--smoke-test] [--out runtime.json]
+        [--conditions quiet,contended] [--task-ms 0,10] [--baseline DIR]
 
-No-op tasks (num_cpus=1) on a 4-node x 2-CPU local cluster. For each plan
-(centralized: selector actor; decentralized: decisions in the submitting
-process; hybrid: selector + placement actors) and policy, the driver
-submits in a loop -- ``.remote()`` and ``.submit()`` (a Future of the ref,
-so a remote plan batches) -- and the ratio is its tasks/s over plain
-``@ray.remote`` tasks/s measured alternately in the same run (median of
-repeats). Also the decision latency p50/p99 of the deciding scheduler.
+No-op tasks (``num_cpus=1``; ``--task-ms 10``: tasks that sleep 10 ms, where
+scheduling overhead matters less) on a 4-node x 2-CPU local cluster. For each
+plan (centralized: selector actor; decentralized: decisions in the submitting
+process; hybrid: selector + placement actors) and policy, the driver submits
+in a loop -- ``.remote()`` and ``.submit()`` (a Future of the ref, so a remote
+plan batches) -- and the ratio is its tasks/s over plain ``@ray.remote``
+tasks/s, the loops alternating sample by sample (median of 5). Also the
+decision latency p50/p99 of the deciding scheduler, and the submitting
+process's CPU per task (every thread of it, ``time.process_time()``): on a
+machine the cluster saturates, the driver's CPU is taken from the workers,
+and it varies far less between runs than the throughput ratio does.
 
 A second baseline, *gated plain Ray*, is the cheapest dispatcher that keeps
 the cluster model's bounded node queues: plain tasks bound to the nodes'
 slots, at most ``executors + queue`` outstanding per node, the next one
-launched as completions free room (seen as the router sees them: one
-``ray.wait`` over what runs), no policy at all, in the caller's thread. Ray's owner returns
-a leased worker the moment its queue of that task shape is empty
-(``NormalTaskSubmitter::OnWorkerIdle``), so shallow node queues pay a new
-lease (and a spillback) for many tasks whatever decides them: this is the
-ceiling for any bounded-queue binding, and ``ratio_to_gated`` is what the
-policy itself costs.
+launched as completions free room (one ``ray.wait`` over what runs), no
+policy at all. Ray's owner returns a leased worker the moment its queue of
+that task shape is empty (``NormalTaskSubmitter::OnWorkerIdle``), so shallow
+node queues pay a new lease for many tasks whatever decides them: the
+ceiling of a binding that holds tasks in the caller (``hold="caller"``), and
+``ratio_to_gated`` is what the policy itself costs there.
 
-Also the submitting process's CPU per task (every thread of it, from
-``time.process_time()``), for each loop: on a machine the cluster saturates,
-the driver's CPU is taken from the workers, and it varies far less between
-runs than the throughput ratio does.
+``--conditions contended`` runs everything again with two processes burning
+a core each beside the cluster (started, and stopped by their PIDs, by this
+script), as on a shared node.
+
+**A/B in one run** (``--baseline DIR``): DIR is a checkout of the code to
+compare with (e.g. ``git worktree add ../before main``). Each side runs in
+its own driver process, with ``PYTHONPATH`` set to its code, on its own
+local cluster (so each side's workers import that side's code); the sides
+take turns sample by sample, and each reports its ratio to plain Ray measured
+on its own cluster in the same turn. The side idle meanwhile has a quiet
+cluster beside the busy one, for both sides alike. Without ``--baseline``
+there is one side, this checkout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 VEC = [0.1, 0.2, 0.1]
+FIELDS = {"least_loaded": {}, "drf_lb": {"tenant": "a", "resource_vec": VEC}, "round_robin": {}, "fifo": {}}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def plain_loop(fn, tasks: int) -> None:
+    import ray
+
+    ray.get([fn.remote(i) for i in range(tasks)])
+
+
+def gated_loop(fn, slots: dict, depth: int, queue: int, tasks: int) -> None:
+    """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
+    room, one ``ray.wait`` over what runs waits for queue/2 of them to finish, as the router does."""
+    import ray
+
+    bound = [fn.options(resources={slot: 1}) for slot in slots.values()]
+    room = [depth] * len(bound)
+    running: dict = {}  # ObjectRef -> node index
+    refs, k = [], 0
+    for t in range(tasks):
+        while not any(room):
+            ready, _ = ray.wait(list(running), num_returns=min(max(1, queue // 2), len(running)),
+                                timeout=0.005, fetch_local=False)
+            for r in ready:
+                room[running.pop(r)] += 1
+        while not room[k % len(bound)]:
+            k += 1
+        i = k % len(bound)
+        room[i] -= 1
+        k += 1
+        ref = bound[i].remote(t)
+        running[ref] = i
+        refs.append(ref)
+    ray.get(refs)
+
+
+def policy_loop(fn, policy: str, fields: dict, how: str, tasks: int):
+    """A loop of ``tasks`` submissions of ``fn`` decorated with ``policy``: ``.remote()`` in a loop, as
+    users write it, or ``.submit()`` then every Future's result; returns the refs."""
+    import ray_adaptive as ra
+
+    f = ra.policy(policy)(fn).options(task=fields) if fields else ra.policy(policy)(fn)
+    if how == "remote":
+        return lambda: [f.remote(i) for i in range(tasks)]
+    return lambda: [x.result() for x in [f.submit(i) for i in range(tasks)]]
 
 
 def _within(seconds: float, loop, runtime):
     """``loop()``'s result; if it is still running after ``seconds``, print what a hang needs
     (every thread's stack, the runtime's counts and queues) and exit 3 instead of hanging."""
     import faulthandler
-    import os
-    import sys
     import threading
 
     box = []
@@ -51,125 +109,212 @@ def _within(seconds: float, loop, runtime):
     thread.join(seconds)
     if not thread.is_alive():
         return box[0]
-    print(f"HUNG: a submission loop ran over {seconds:g} s; every thread's stack:", flush=True)
-    faulthandler.dump_traceback(file=sys.stdout, all_threads=True)  # first: it takes no lock
+    print(f"HUNG: a submission loop ran over {seconds:g} s; every thread's stack:", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # first: it takes no lock
     router = runtime().router  # (read without its locks: one of them may be what hangs)
     print(f"runtime: {router.stats}; tasks in the router {len(router._tasks)}, undecided "
           f"{sum(t.node is None for t in list(router._tasks.values()))}, launched, not harvested {len(router._launched)}",
-          flush=True)
+          file=sys.stderr, flush=True)
     os._exit(3)
+
+
+def _sleeper(ms: int):
+    def work_ms(i):
+        time.sleep(ms / 1000)
+        return i
+
+    return work_ms
+
+
+# ------------------------------------------------------------------ one side: a driver and its cluster
+def serve(hang_after_s: float) -> None:
+    """One side of the benchmark: its own cluster; reads a JSON command per line on stdin, runs one
+    sample of each loop (plain, gated, policy) and answers a JSON line on stdout."""
+    import ray
+
+    import ray_adaptive as ra
+    from ray_adaptive.local_multinode import local_cluster
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # (anything printed by Ray or the runtime stays off the answers)
+
+    @ray.remote(num_cpus=1)
+    def work(i, ms=0):
+        if ms:
+            time.sleep(ms / 1000)
+        return i
+
+    def timed(loop, tasks: int) -> tuple:
+        cpu, start = time.process_time(), time.perf_counter()
+        loop()
+        return tasks / (time.perf_counter() - start), 1e6 * (time.process_time() - cpu) / tasks
+
+    current = None  # (plan, policy, queue, hold) of the runtime running now
+    fns = {0: work}
+    with local_cluster(num_nodes=4, num_cpus=2):
+        ray.get([work.remote(i) for i in range(200)])  # warm the workers
+        print(json.dumps({"ready": True}), file=out, flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd.get("stop"):
+                break
+            key = (cmd["plan"], cmd["policy"], cmd["queue"], cmd.get("hold"))
+            if key != current:
+                ra.shutdown()
+                extra = {"hold": cmd["hold"]} if cmd.get("hold") else {}
+                rt = ra.start(cmd["policy"], plan=cmd["plan"], queue=cmd["queue"], **extra)
+                current = key
+            tasks, ms = cmd["tasks"], cmd["task_ms"]
+            if ms not in fns:  # a function of its own per duration (each is its own Ray queue), made once
+                fns[ms] = ray.remote(num_cpus=1)(_sleeper(ms))
+            fn = noop = fns[ms]
+            policy = cmd["policy"]
+            submit = policy_loop(fn, policy, FIELDS[policy], cmd["how"], tasks)
+            if cmd.get("warm"):
+                ray.get(_within(hang_after_s, submit, lambda: ra.runtime_of(policy)))
+            depth = 2 + cmd["queue"]
+            answer = {}
+            for name, loop in (("plain", lambda: plain_loop(noop, tasks)),
+                               ("gated", lambda: gated_loop(noop, rt.slots, depth, cmd["queue"], tasks)),
+                               ("policy", lambda: ray.get(_within(hang_after_s, submit,
+                                                                  lambda: ra.runtime_of(policy))))):
+                answer[name] = timed(loop, tasks)
+            stats = rt.stats()
+            answer.update(plan=rt.plan.name, held_by=stats.get("held_by", "caller"),
+                          decision_p50_us=round((stats["decision_p50_s"] or 0) * 1e6, 1),
+                          decision_p99_us=round((stats["decision_p99_s"] or 0) * 1e6, 1))
+            print(json.dumps(answer), file=out, flush=True)
+        ra.shutdown()
+
+
+class Side:
+    """A side's driver process (see :func:`serve`), with ``code`` first on its PYTHONPATH."""
+
+    def __init__(self, name: str, code: str, hang_after_s: float):
+        self.name = name
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
+                                      "--hang-after-s", str(hang_after_s)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=code)
+        self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"side {self.name!r} exited ({self.proc.wait()})")
+        return json.loads(line)
+
+    def sample(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"stop": True}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=120)
+        except Exception:
+            self.proc.kill()  # (by its handle: this process started it)
+
+
+class Burners:
+    """Processes burning a core each beside the cluster, started and stopped (by PID) here."""
+
+    def __init__(self, n: int):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+    def close(self) -> None:
+        for p in self.procs:
+            os.kill(p.pid, 15)
+        for p in self.procs:
+            p.wait(timeout=30)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true", help="few tasks, 1 repeat")
     ap.add_argument("--out", default=None, help="write the figures to this JSON file")
-    ap.add_argument("--queue", type=int, default=2, help="per-node queue of the cluster model (slots = CPUs + queue)")
+    ap.add_argument("--queue", type=int, default=30, help="per-node queue of the cluster model (slots = CPUs + queue)")
     ap.add_argument("--policies", default="least_loaded,drf_lb")
     ap.add_argument("--plans", default="decentralized,centralized,hybrid")
+    ap.add_argument("--loops", default="remote,submit")
+    ap.add_argument("--hold", default=None, help="ra.start(hold=...) (default: the runtime's own, 'auto')")
+    ap.add_argument("--conditions", default="quiet", help="quiet, contended (two CPU burners beside), or both")
+    ap.add_argument("--task-ms", default="0", help="task durations in ms, e.g. 0,10")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tasks", type=int, default=2000, help="tasks per loop (10 ms tasks: half)")
+    ap.add_argument("--baseline", default=None, help="a checkout of the code to compare with, run alternately")
     ap.add_argument("--hang-after-s", type=float, default=120.0,
                     help="a submission loop still running after this long is reported (every thread's stack, "
                          "the runtime's counts and queues) and the benchmark exits with status 3")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    tasks, repeats = (300, 1) if args.smoke_test else (2000, 5)
-
-    import ray
-
-    import ray_adaptive as ra
-    from ray_adaptive.local_multinode import local_cluster
-
-    @ray.remote(num_cpus=1)
-    def noop(i):
-        return i
-
-    def timed(loop) -> tuple:
-        """(tasks/s, this process's CPU us per task) of ``loop()``."""
-        cpu, start = time.process_time(), time.perf_counter()
-        loop()
-        return tasks / (time.perf_counter() - start), 1e6 * (time.process_time() - cpu) / tasks
-
-    def plain() -> None:
-        ray.get([noop.remote(i) for i in range(tasks)])
-
-    def gated(slots: dict, depth: int) -> None:
-        """Plain tasks bound to slots, at most ``depth`` outstanding per node, no policy; with no
-        room, one ``ray.wait`` over what runs waits for queue/2 of them to finish, as the router does."""
-        bound = [noop.options(resources={slot: 1}) for slot in slots.values()]
-        room = [depth] * len(bound)
-        running: dict = {}  # ObjectRef -> node index
-        refs, k = [], 0
-        for t in range(tasks):
-            while not any(room):
-                ready, _ = ray.wait(list(running), num_returns=min(max(1, args.queue // 2), len(running)),
-                                    timeout=0.005, fetch_local=False)
-                for r in ready:
-                    room[running.pop(r)] += 1
-            while not room[k % len(bound)]:
-                k += 1
-            i = k % len(bound)
-            room[i] -= 1
-            k += 1
-            ref = bound[i].remote(t)
-            running[ref] = i
-            refs.append(ref)
-        ray.get(refs)
-
-    def through(policy: str, fields: dict, how: str) -> None:
-        fn = ra.policy(policy)(noop).options(task=fields) if fields else ra.policy(policy)(noop)
-        if how == "remote":
-            submit = lambda: [fn.remote(i) for i in range(tasks)]  # .remote() in a loop, as users write it
-        else:
-            submit = lambda: [f.result() for f in [fn.submit(i) for i in range(tasks)]]
-        refs = _within(args.hang_after_s, submit, lambda: ra.runtime_of(policy))
-        ray.get(refs)
-
-    figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "executors": 2, "cluster": "4 nodes x 2 CPUs (local)", "runs": []}
-    with local_cluster(num_nodes=4, num_cpus=2):
-        ray.get([noop.remote(i) for i in range(200)])  # warm the workers
-        fields_of = {"least_loaded": {}, "drf_lb": {"tenant": "a", "resource_vec": VEC}}
-        for plan in args.plans.split(","):
-            for policy in args.policies.split(","):
-                fields = fields_of[policy]
-                rt = ra.start(policy, plan=plan, queue=args.queue)
-                depth = 2 + args.queue  # executors + queue per node
-                for how in ("remote", "submit"):
-                    plain_rates, gated_rates, policy_rates = [], [], []
-                    cpu = {"plain": [], "gated": [], "policy": []}
-                    through(policy, fields, how)  # warm up this shape's leases
-                    for _ in range(repeats):
-                        for rates, name, loop in ((plain_rates, "plain", plain),
-                                                  (gated_rates, "gated", lambda: gated(rt.slots, depth)),
-                                                  (policy_rates, "policy", lambda: through(policy, fields, how))):
-                            rate, us = timed(loop)
-                            rates.append(rate)
-                            cpu[name].append(us)
-                    ratios = [p / b for p, b in zip(policy_rates, plain_rates)]
-                    gated_ratios = [p / b for p, b in zip(policy_rates, gated_rates)]
-                    stats = rt.stats()
-                    f = {
-                        "plan": rt.plan.name, "policy": policy, "loop": f".{how}()",
-                        "plain_tasks_per_s": round(statistics.median(plain_rates)),
-                        "policy_tasks_per_s": round(statistics.median(policy_rates)),
-                        "gated_plain_tasks_per_s": round(statistics.median(gated_rates)),
-                        "ratio_median": round(statistics.median(ratios), 3),
-                        "gated_plain_ratio_median": round(statistics.median(
-                            [g / b for g, b in zip(gated_rates, plain_rates)]), 3),
-                        "ratio_to_gated_median": round(statistics.median(gated_ratios), 3),
-                        "decision_p50_us": round(stats["decision_p50_s"] * 1e6, 1),
-                        "decision_p99_us": round(stats["decision_p99_s"] * 1e6, 1),
-                        **{f"driver_cpu_us_per_task_{k}": round(statistics.median(v)) for k, v in cpu.items()},
-                    }
-                    figures["runs"].append(f)
-                    print(f"{f['plan']:>26} {policy:>13} {f['loop']:>9}: {f['policy_tasks_per_s']} tasks/s vs plain "
-                          f"{f['plain_tasks_per_s']} -> {f['ratio_median']}x (gated plain {f['gated_plain_ratio_median']}x; "
-                          f"policy/gated {f['ratio_to_gated_median']}x); decision p50 {f['decision_p50_us']} us, "
-                          f"p99 {f['decision_p99_us']} us; driver CPU per task {f['driver_cpu_us_per_task_policy']} us "
-                          f"(plain {f['driver_cpu_us_per_task_plain']}, gated {f['driver_cpu_us_per_task_gated']})",
-                          flush=True)
-                ra.shutdown()
+    if args.serve:
+        return serve(args.hang_after_s)
+    tasks, repeats = (300, 1) if args.smoke_test else (args.tasks, args.repeats)
+    here = os.path.dirname(HERE)
+    sides = [("this", here)] + ([("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
+    figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "executors": 2,
+               "cluster": "4 nodes x 2 CPUs (local), one per side", "sides": {n: c for n, c in sides}, "runs": []}
+    running = [Side(n, c, args.hang_after_s) for n, c in sides]
+    try:
+        for condition in args.conditions.split(","):
+            burners = Burners(2) if condition == "contended" else None
+            try:
+                for ms in [int(x) for x in args.task_ms.split(",")]:
+                    n = tasks if not ms else max(1, tasks // 2)
+                    for plan in args.plans.split(","):
+                        for policy in args.policies.split(","):
+                            for how in args.loops.split(","):
+                                _measure(running, figures, condition, ms, n, plan, policy, how, repeats, args)
+            finally:
+                if burners is not None:
+                    burners.close()
+    finally:
+        for side in running:
+            side.close()
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(figures, fh, indent=2)
+
+
+def _measure(sides, figures, condition, ms, tasks, plan, policy, how, repeats, args) -> None:
+    cmd = dict(plan=plan, policy=policy, how=how, queue=args.queue, hold=args.hold, tasks=tasks, task_ms=ms)
+    samples = {s.name: [] for s in sides}
+    for side in sides:
+        side.sample(**cmd, warm=True)  # (this shape's leases; a runtime of this plan and policy)
+    for _ in range(repeats):
+        for side in sides:  # in turns: both sides see the same moments of a noisy machine
+            samples[side.name].append(side.sample(**cmd))
+    for name, got in samples.items():
+        rate = {k: [g[k][0] for g in got] for k in ("plain", "gated", "policy")}
+        cpu = {k: [g[k][1] for g in got] for k in ("plain", "gated", "policy")}
+        last = got[-1]
+        f = {
+            "side": name, "condition": condition, "task_ms": ms, "plan": last["plan"], "policy": policy,
+            "loop": f".{how}()", "held_by": last["held_by"],
+            "plain_tasks_per_s": round(statistics.median(rate["plain"])),
+            "policy_tasks_per_s": round(statistics.median(rate["policy"])),
+            "gated_plain_tasks_per_s": round(statistics.median(rate["gated"])),
+            "ratio_median": round(statistics.median([p / b for p, b in zip(rate["policy"], rate["plain"])]), 3),
+            "ratios": [round(p / b, 3) for p, b in zip(rate["policy"], rate["plain"])],
+            "gated_plain_ratio_median": round(statistics.median(
+                [g / b for g, b in zip(rate["gated"], rate["plain"])]), 3),
+            "ratio_to_gated_median": round(statistics.median(
+                [p / g for p, g in zip(rate["policy"], rate["gated"])]), 3),
+            "decision_p50_us": last["decision_p50_us"], "decision_p99_us": last["decision_p99_us"],
+            **{f"driver_cpu_us_per_task_{k}": round(statistics.median(v)) for k, v in cpu.items()},
+        }
+        f["cpu_ratio_to_plain"] = round(f["driver_cpu_us_per_task_policy"] / f["driver_cpu_us_per_task_plain"], 3)
+        figures["runs"].append(f)
+        print(f"[{name} {condition} {ms} ms] {f['plan']:>26} {policy:>13} {f['loop']:>9} ({f['held_by']} holds): "
+              f"{f['policy_tasks_per_s']} tasks/s vs plain {f['plain_tasks_per_s']} -> {f['ratio_median']}x "
+              f"(gated plain {f['gated_plain_ratio_median']}x; policy/gated {f['ratio_to_gated_median']}x); "
+              f"driver CPU per task {f['driver_cpu_us_per_task_policy']} us (plain "
+              f"{f['driver_cpu_us_per_task_plain']}, gated {f['driver_cpu_us_per_task_gated']}: "
+              f"{f['cpu_ratio_to_plain']}x); decision p50 {f['decision_p50_us']} us, p99 {f['decision_p99_us']} us",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -286,7 +286,7 @@ def test_callers_in_several_threads_each_get_their_own_results_once(running):
     applied once whichever thread sees it first."""
     import threading
 
-    rt = running("least_loaded", queue=0)  # 8 slots for 4 x 150 tasks: callers wait for room
+    rt = running("least_loaded", queue=0, hold="caller")  # 8 slots for 4 x 150 tasks: callers wait for room
     fn = ra.policy("least_loaded")(where)
     out: dict = {}
 
@@ -345,7 +345,7 @@ def test_a_caller_waiting_for_room_held_elsewhere_does_not_spin_the_dispatcher(r
 def test_a_failed_dispatcher_fails_the_waiting_tasks_instead_of_losing_them(running):
     """A bug that ends the dispatcher thread must not leave callers waiting forever: every task not
     launched fails with the cause, and later submissions are refused; launched tasks still run."""
-    rt = running("least_loaded", queue=0)
+    rt = running("least_loaded", queue=0, hold="caller")  # (the 4 tasks after the first 8 wait here)
     fn = ra.policy("least_loaded")(where)
     running_refs = [fn.remote(i, 1.0) for i in range(8)]  # every slot busy for 1 s
     waiting = [fn.submit(i) for i in range(8, 12)]

@@ -27,7 +27,7 @@ the node.
 
 from __future__ import annotations
 
-import bisect
+import itertools
 import statistics
 import threading
 import time
@@ -142,7 +142,7 @@ class Monitor:
             counts = dict(self._counts)
             groups = {g: {"arrivals": c[0], "decided": c[1], "finished": c[2], "dropped": c[3]}
                       for g, c in self._groups.items()}
-            recent = [t for t, _ in list(self._arrivals)[-burst_window:]]
+            recent = [t for t, _ in itertools.islice(reversed(self._arrivals), burst_window)][::-1]
             finished_recently: Dict[str, int] = defaultdict(int)
             if self._done:
                 since = self._done[-1].finished_at - recent_s
@@ -161,13 +161,15 @@ class Monitor:
     def snapshot(self, router=None, window_s: Optional[float] = None) -> dict:
         """Figures of the recorded run (the last ``window_s`` seconds of arrivals, if given)."""
         with self._lock:
-            arrivals = list(self._arrivals)
-            done = list(self._done)
+            if window_s is None or not self._arrivals:
+                arrivals = list(self._arrivals)
+                done = list(self._done)
+            else:  # from the newest back, not a copy of up to ``keep`` records (every metrics period)
+                since = self._arrivals[-1][0] - window_s  # (arrivals and finishes are appended in time order)
+                arrivals = list(itertools.takewhile(lambda a: a[0] >= since, reversed(self._arrivals)))[::-1]
+                done = [d for d in itertools.takewhile(lambda d: d.finished_at >= since, reversed(self._done))
+                        if d.arrival >= since][::-1]
         arrivals.sort()  # (appended in time order: linear)
-        if window_s is not None and arrivals:
-            since = arrivals[-1][0] - window_s
-            arrivals = arrivals[bisect.bisect_left(arrivals, (since,)):]
-            done = [d for d in done if d.arrival >= since]
         # one pass over each list, not one per group: this runs every metrics period on the
         # router's thread, over up to ``keep`` records
         times_of: Dict[str, List[float]] = defaultdict(list)

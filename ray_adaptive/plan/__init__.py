@@ -12,7 +12,8 @@ runs, everything a plan *is* lives here:
 * :mod:`~ray_adaptive.plan.scoring` -- the Score split and how schedulers score with it;
 * :mod:`~ray_adaptive.plan.replicas` -- replicated State: deltas and merging;
 * :mod:`~ray_adaptive.plan.queue` -- the pending queue;
-* :mod:`~ray_adaptive.plan.scheduler` -- one scheduler: queue + program + State + node view.
+* :mod:`~ray_adaptive.plan.scheduler` -- one scheduler: queue + program + State + node view;
+* :mod:`~ray_adaptive.plan.holding` -- who holds a full cluster's tasks: the scheduler or Ray's queue.
 
 Example:
     >>> from ray_adaptive.plan import Plan, LoadView

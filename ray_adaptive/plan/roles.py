@@ -49,6 +49,7 @@ class RoleSpec:
     sync_s: float = 0.0  # push changes / pull State every sync_s (0: before every decision batch)
     heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
     split: Optional[ScoreSplit] = None  # the compiler's proof that ``program``'s Score is T(task) op N(node)
+    overflow: bool = False  # a full cluster's tasks are decided at once, held by Ray (see plan.holding)
 
     def scheduler(self, nodes: Sequence[Mapping], seed: int = 0, records: int = 0) -> Scheduler:
         """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`), keeping
@@ -57,20 +58,24 @@ class RoleSpec:
         if self.pool:
             views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
         return Scheduler(self.program, views, hooks=self.hooks, fifo=self.fifo, sample_d=self.sample_d,
-                         merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split, records=records)
+                         merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split, records=records,
+                         overflow=self.overflow)
 
 
-def role_specs(plan: LoweredPlan) -> Dict[Role, RoleSpec]:
-    """``{Role.SELECTOR: spec, Role.SCHEDULERS: spec}``, with only the roles the plan has."""
+def role_specs(plan: LoweredPlan, overflow: bool = False) -> Dict[Role, RoleSpec]:
+    """``{Role.SELECTOR: spec, Role.SCHEDULERS: spec}``, with only the roles the plan has.
+    ``overflow``: Ray holds the tasks of a full cluster (see :mod:`ray_adaptive.plan.holding`),
+    wherever the whole policy decides (a centralized selector, decentralized schedulers; the
+    hybrid's selector and placements keep their gate: they pick task and node apart)."""
     d = plan.load.d if plan.load.kind is LoadKind.SAMPLE else 0
     heartbeat = plan.load.period_s if plan.load.kind is LoadKind.CACHED else 0.0
     merge = {v: rule for v, rule in plan.merge} or None
     sync_s = plan.sync.period_s if plan.sync.kind is SyncKind.PERIODIC else 0.0
     if plan.architecture is Architecture.CENTRALIZED:
-        return {Role.SELECTOR: RoleSpec(plan.policy, sample_d=d, split=plan.split)}
+        return {Role.SELECTOR: RoleSpec(plan.policy, sample_d=d, split=plan.split, overflow=overflow)}
     if plan.architecture is Architecture.DECENTRALIZED:
         return {Role.SCHEDULERS: RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat,
-                                          split=plan.split)}
+                                          split=plan.split, overflow=overflow)}
     # hybrid: the selector keeps the exact State the task part reads; the placement schedulers
     # keep a replica only when their node part reads State hooks change (plan.local_state)
     local = plan.local_state
@@ -82,7 +87,7 @@ def role_specs(plan: LoweredPlan) -> Dict[Role, RoleSpec]:
     }
 
 
-def lease_spec(plan: LoweredPlan) -> Optional[RoleSpec]:
+def lease_spec(plan: LoweredPlan, overflow: bool = False) -> Optional[RoleSpec]:
     """What a lone submitting process runs while it holds the selector's lease (None: no lease).
 
     The whole policy over every node -- the decision the plan's selector makes
@@ -90,11 +95,11 @@ def lease_spec(plan: LoweredPlan) -> Optional[RoleSpec]:
     hybrid whose placements keep a replica of State (``plan.local_state``)
     never leases: the holder's hooks would change State those replicas never see.
     """
-    specs = role_specs(plan)
+    specs = role_specs(plan, overflow)
     if Role.SELECTOR not in specs:
         return None
     if Role.SCHEDULERS not in specs:
         return specs[Role.SELECTOR]
     if plan.local_state:
         return None
-    return RoleSpec(plan.policy, sample_d=specs[Role.SCHEDULERS].sample_d, split=plan.split)
+    return RoleSpec(plan.policy, sample_d=specs[Role.SCHEDULERS].sample_d, split=plan.split, overflow=overflow)

@@ -53,7 +53,7 @@ __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 POOL = "pool"  # the node id of the hybrid selector's single candidate: every slot of the cluster
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     """A node as one scheduler sees it (the interpreter's NodeView)."""
 
@@ -88,7 +88,7 @@ class NodeState:
         return cls(d["id"], d["index"], d["executors"], d["queue"], dict(d["resources"]), dict(d["fields"]))
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskState:
     """A task as schedulers see it (the interpreter's TaskView); plain data, sent between processes."""
 
@@ -110,17 +110,20 @@ class Scheduler:
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
                  sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
                  split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None,
-                 records: int = 0):
+                 records: int = 0, overflow: bool = False):
         """``queue`` / ``scoring``: given by a host that groups and scores tasks its own way (the
         simulator: with the resource fit, group keys cached per task); by default, from ``program``.
         ``records``: how many recent decisions to keep, each with its scores on every candidate
-        (see :mod:`ray_adaptive.plan.explain`); 0: none."""
+        (see :mod:`ray_adaptive.plan.explain`); 0: none. ``overflow``: with no node having room,
+        a task without a deadline is decided among every live node all the same, and waits in
+        Ray's queue behind its node's slot (see :mod:`ray_adaptive.plan.holding`)."""
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
         self.hooks = hooks
         self.fifo = fifo
         self.sample_d = sample_d
+        self.overflow = overflow
         self.log = DeltaLog(merge, self.interp.state) if merge else None
         self._rng = random.Random(seed)
         self.queue = queue if queue is not None else PendingQueue(row_key(program.score), fifo=fifo, deadlines=True)
@@ -128,8 +131,18 @@ class Scheduler:
         self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
                                                                        group_key(program.score) or (lambda t: t.id))
         self.running: Dict[str, TaskState] = {}  # decided, not finished
-        self.records: Optional[deque] = deque(maxlen=records) if records > 0 else None
+        # (task id, time, candidates, j, scores, row) per decision: a DecisionRecord is made when asked for
+        self._records: Optional[deque] = deque(maxlen=records) if records > 0 else None
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
+
+    @property
+    def records(self) -> Optional[List]:
+        """The recent decisions as :class:`~ray_adaptive.plan.explain.DecisionRecord` (None: none kept).
+        Made when asked: a decision keeps its candidates and scores, not a record of them."""
+        if self._records is None:
+            return None
+        return [record(tid, now, cands, j, [scores.cell(i, k) for k in range(len(cands))])
+                for tid, now, cands, j, scores, i in list(self._records)]
 
     # ---------------------------------------------------------------- hooks
     def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
@@ -149,8 +162,9 @@ class Scheduler:
     def pending(self) -> int:
         return len(self.queue)
 
-    def _candidates(self) -> List[NodeState]:
-        room = [n for n in self.nodes if n.has_room]
+    def _candidates(self, full: bool = False) -> List[NodeState]:
+        """The nodes with room (``full``: every live node; see ``overflow``), power-of-d sampled."""
+        room = [n for n in self.nodes if n.alive] if full else [n for n in self.nodes if n.has_room]
         if self.sample_d and len(room) > self.sample_d:
             picks = sorted(self._rng.sample(range(len(room)), self.sample_d))  # node order kept: the tie rule
             room = [room[i] for i in picks]
@@ -173,8 +187,8 @@ class Scheduler:
         i, j = best
         task = rows[i]
         self.queue.take(task, i)
-        if self.records is not None:
-            self.records.append(record(task.id, now, candidates, j, [scores.cell(i, k) for k in range(len(candidates))]))
+        if self._records is not None:
+            self._records.append((task.id, now, candidates, j, scores, i))
         return task, candidates[j]
 
     def decide(self, now: float) -> List[TaskState]:
@@ -189,22 +203,56 @@ class Scheduler:
                 chosen += late
                 if late:
                     continue
-            pick = self.pick(self._candidates(), now)
+            cands = self._candidates()
+            full = not cands and self.overflow
+            pick = self.pick(self._candidates(full=True) if full else cands, now)
             if pick is None:
                 break
             task, node = pick
             if task.deadline < now:  # (an ungrouped queue scores every task: one past its deadline can win)
                 chosen.append(task)  # dropped, node None: a decision is made by the deadline or not at all
                 continue
-            node.own += 1
-            task.node = node.id
-            self.running[task.id] = task
-            self._hook("OnDispatch", task, node, now)
+            if full and task.deadline < math.inf:  # it waits for room: its deadline is a placement deadline
+                self.queue.add(task)  # (back where it was; its OnArrival has run)
+                if self._records is not None:
+                    self._records.pop()
+                break
+            self._bind(task, node, now)
             chosen.append(task)
             end = time.perf_counter()
             self.decision_s.append(end - start)
             start = end
         return chosen
+
+    def _bind(self, task: TaskState, node: NodeState, now: float) -> None:
+        node.own += 1
+        task.node = node.id
+        self.running[task.id] = task
+        self._hook("OnDispatch", task, node, now)
+
+    def add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
+        """:meth:`add` then :meth:`decide`, for a task arriving at an empty queue: scored alone, as the
+        queue's only row would be (the same decision), without passing through the queue."""
+        if self.queue:
+            self.add(task, now)
+            return self.decide(now)
+        self._hook("OnArrival", task, None, now)
+        start = time.perf_counter()
+        cands = self._candidates()
+        if not cands and self.overflow and task.deadline == math.inf:
+            cands = self._candidates(full=True)
+        if cands:
+            scores = self.scoring.scores(self.interp, [task], cands, now)
+            best = scores.argmin()
+            if best is not None:
+                j = best[1]
+                if self._records is not None:
+                    self._records.append((task.id, now, cands, j, scores, 0))
+                self._bind(task, cands[j], now)
+                self.decision_s.append(time.perf_counter() - start)
+                return [task]
+        self.queue.add(task)
+        return []
 
     def finish(self, task_id: str, now: float) -> Optional[TaskState]:
         """A decided task left its node: free its room and run OnFinish. None if unknown."""

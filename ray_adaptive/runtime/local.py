@@ -44,6 +44,9 @@ class LocalDecider:
         return time.time() - self._t0
 
     def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        if len(tasks) == 1:  # (a .remote() or .submit(): decided alone while nothing waits here)
+            self._refresh()
+            return self.sched.add_and_decide(tasks[0], self.now())
         now = self.now()
         for t in tasks:
             self.sched.add(t, now)

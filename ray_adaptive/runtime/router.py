@@ -7,14 +7,24 @@ tasks and finishes go in batches) -- and launches each decided task itself,
 with its node's slot resource, so the caller owns every result, as with
 plain Ray.
 
-Completions are *harvested*: one ``ray.wait(..., fetch_local=False)`` over
-every launched task finds all that finished since the last look, by
-whichever thread needs them -- a caller waiting for room, a caller whose
-view is older than ``FRESH_S``, or the dispatcher thread. Not a callback per
-task (``ObjectRef.future()``): that woke a thread per completion, took the
-GIL from Ray's io thread for each, and pulled every result into this
-process; here results stay on the nodes that made them until someone
-fetches them.
+Completions are *harvested*: one ``ray.wait(..., fetch_local=False)`` finds
+what finished since the last look, by whichever thread needs it -- a caller
+waiting for room, a caller whose view is older than ``FRESH_S``, or the
+dispatcher thread. Not a callback per task (``ObjectRef.future()``): that
+woke a thread per completion, took the GIL from Ray's io thread for each,
+and pulled every result into this process; here results stay on the nodes
+that made them until someone fetches them.
+
+A harvest looks at a *window*, not at every task in flight: Ray's owner runs
+the tasks of one shape bound to one node in the order they were submitted
+(one queue per scheduling class, served by the workers it leases there), so
+what finished is, but for the few running side by side, a prefix of that
+order. ``ray.wait`` costs per ref it is given, and with Ray holding a full
+cluster's tasks (``hold="ray"``) thousands may be in flight: each harvest
+looks at the first ``window`` unharvested tasks of each (node, shape), and
+at every task once in a while (``SCAN_S``; sooner while windows find nothing
+finished), for tasks that finish out of that order (those that waited for
+their arguments).
 """
 
 from __future__ import annotations
@@ -38,12 +48,13 @@ from ray_adaptive.runtime.messages import Handover, new_client_id
 from ray_adaptive.runtime.switch import PlanWatcher
 
 
-@dataclass
+@dataclass(slots=True)
 class _Task:
     """A submitted task in this process: what to launch and whom to tell."""
 
     state: TaskState
     launch: Callable[[str], Any]  # node id -> ObjectRef of the task submitted there
+    shape: Any = None  # tasks of one shape on one node run in submission order (see the module doc)
     future: Optional[Future] = None  # for :meth:`Router.submit`; a ``.remote()`` caller reads ref/error
     node: Optional[str] = None
     dispatched_at: float = 0.0
@@ -51,10 +62,6 @@ class _Task:
     expired: bool = False  # dropped at its deadline while undecided: still in the scheduler's queue
     ref: Any = None  # its ObjectRef, once launched
     error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
-
-    @property
-    def deadline(self) -> float:
-        return self.state.deadline
 
     @property
     def settled(self) -> bool:
@@ -72,6 +79,9 @@ class RouterStats:
     dispatched: int = 0
     finished: int = 0
     dropped: int = 0  # not placed by their deadline: never launched
+    harvests: int = 0  # looks for finished tasks (a ray.wait each)
+    scans: int = 0  # of them, over every task in flight (the others: over the windows)
+    watched: int = 0  # refs those looks were given, in all
 
 
 class Router:
@@ -86,14 +96,20 @@ class Router:
     # with it (docs/benchmarks.md)
     STALE_S = 0.01
     IDLE_S = 0.05  # the dispatcher thread's nap while nothing is launched or waiting here
+    # a harvest looks at every task in flight this often (else at the windows, see the module doc);
+    # as often as SCAN_BLOCKED_S while the windows found nothing finished
+    SCAN_S = 1.0
+    SCAN_BLOCKED_S = 0.1
 
     def __init__(self, policy: Policy, topology, *, client: Optional[str] = None,
                  alive_nodes: Optional[Callable[[], set]] = None,
                  on_dead: Optional[Callable[[str], None]] = None, monitor: Optional[Monitor] = None,
-                 metrics_every_s: Optional[float] = None, wake_after: int = 1, watch: bool = True):
+                 metrics_every_s: Optional[float] = None, wake_after: int = 1, watch: bool = True,
+                 window: int = 8):
         """``topology``: the plan in force (its generation); ``client``: this process's id at its store
         (registered by whoever joined it). ``watch``: follow live switches (see
-        :class:`~ray_adaptive.runtime.switch.PlanWatcher`)."""
+        :class:`~ray_adaptive.runtime.switch.PlanWatcher`). ``window``: a harvest's look per
+        (node, shape) (see the module doc)."""
         self.policy = policy
         self.client = client or new_client_id()
         self.topology = topology
@@ -110,6 +126,10 @@ class Router:
         self._dead: set = set()
         self._tasks: Dict[str, _Task] = {}  # submitted, not finished
         self._launched: Dict[Any, _Task] = {}  # ObjectRef -> its task, in launch order, until harvested
+        self._order: Dict[tuple, deque] = {}  # (node, shape) -> its refs in launch order (harvested: dropped lazily)
+        self.window = max(1, window)
+        self._scan_at = 0.0  # (monotonic) when a harvest looks at every task again
+        self._blocked = False  # the last windowed look found nothing finished
         self._per_node: Dict[str, int] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition()
@@ -137,19 +157,21 @@ class Router:
         return self.decider.now()
 
     # ---------------------------------------------------------------- submit
-    def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf) -> Future:
+    def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf,
+               shape: Any = None) -> Future:
         """Queue a task; the Future resolves to its ObjectRef once it is dispatched, or raises
         :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` if it is not placed within
         ``deadline_s``: it is dropped, as the compiler's cluster model drops a task not picked by
         its deadline (within ~``TICK_S`` of it), and never launched; its room, if the scheduler
-        already chose a node, goes straight back."""
-        return self._enqueue(fields, launch, deadline_s, Future()).future
+        already chose a node, goes straight back. ``shape``: equal for tasks Ray queues alike
+        (one function with one set of options), to harvest them by windows."""
+        return self._enqueue(fields, launch, deadline_s, Future(), shape).future
 
-    def call(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf):
+    def call(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf, shape: Any = None):
         """:meth:`submit`, then wait for the ObjectRef (``.remote()``). A decision made in this
         thread returns the ref at once, with no Future; waiting for a local decision, the caller
         harvests completions itself (see :meth:`_harvest`)."""
-        task = self._enqueue(fields, launch, deadline_s, Future() if self.decider.remote else None)
+        task = self._enqueue(fields, launch, deadline_s, Future() if self.decider.remote else None, shape)
         if task.settled:
             return task.result()
         if task.future is not None and self.decider.remote:  # decided by the selector: just wait
@@ -170,7 +192,7 @@ class Router:
         return task.result()
 
     def _enqueue(self, fields: dict, launch: Callable[[str], Any], deadline_s: float,
-                 future: Optional[Future]) -> _Task:
+                 future: Optional[Future], shape: Any = None) -> _Task:
         if time.monotonic() - self._harvested_at > self.FRESH_S:
             self._harvest(block=0.0)
         with self._cond:
@@ -181,12 +203,12 @@ class Router:
                                    f"restart the policy") from self._failed
             now = self.now()
             state = TaskState(f"{self.client}-{next(self._ids):09d}", now, fields, deadline=now + deadline_s)
-            task = _Task(state, launch, future)
+            task = _Task(state, launch, shape, future)
             if future is not None:
                 future.task_id = state.id  # (what to ask why it waits: PolicyRuntime.why_pending)
             self._tasks[state.id] = task
-            if task.deadline < math.inf:
-                heapq.heappush(self._deadlines, (task.deadline, state.id))
+            if state.deadline < math.inf:
+                heapq.heappush(self._deadlines, (state.deadline, state.id))
             self.stats.submitted += 1
             if self.monitor is not None:
                 self.monitor.arrived(state.arrival, fields)
@@ -195,54 +217,80 @@ class Router:
                 chosen = []
             else:
                 chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
-            self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
-        self._launch(chosen)
+            if chosen:  # (claimed under this lock: one lock round less per task)
+                claimed, gone = self._claim(chosen, now)
+            else:
+                self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
+        if chosen:
+            self._fire(claimed, gone)
         return task
 
     def _launch(self, decided: List[TaskState]) -> None:
         """Submit decided tasks to Ray -- outside the lock, so deciding and submitting overlap."""
-        now = self.now()
+        if not decided:
+            return
+        with self._cond:
+            claimed, gone = self._claim(decided, self.now())
+        self._fire(claimed, gone)
+
+    def _claim(self, decided: List[TaskState], now: float) -> tuple:
+        """Of the decided tasks, those to launch now and those never to be (holds the lock)."""
+        claimed: List[_Task] = []
         gone: List[_Task] = []  # never launched: dropped (deadline), cancelled (close) or refused by Ray
         for state in decided:
-            with self._cond:
-                task = self._tasks.get(state.id)
-                if task is None:
-                    continue
-                if task.error is None:
-                    if state.node is None:  # the scheduler dropped it at its deadline (before _expire did)
-                        self._drop(task, "was not placed by then")
-                    elif now > task.deadline:  # placed too late (before _expire saw it)
-                        self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
-                if task.error is not None:  # dropped before it costs a launch and a slot
-                    del self._tasks[state.id]
-                    if task.expired:  # the scheduler reached it: no longer in its queue
-                        self._expired -= 1
-                    gone.append(task)
-                    continue
-                task.node, task.dispatched_at = state.node, now
-            try:
-                ref = task.launch(state.node)
-            except BaseException as err:  # a bad argument or option: the caller gets the error
-                with self._cond:
-                    self._tasks.pop(state.id, None)
-                    task.error = err
+            task = self._tasks.get(state.id)
+            if task is None:
+                continue
+            if task.error is None:
+                if state.node is None:  # the scheduler dropped it at its deadline (before _expire did)
+                    self._drop(task, "was not placed by then")
+                elif now > task.state.deadline:  # placed too late (before _expire saw it)
+                    self._drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+            if task.error is not None:  # dropped before it costs a launch and a slot
+                del self._tasks[state.id]
+                if task.expired:  # the scheduler reached it: no longer in its queue
+                    self._expired -= 1
                 gone.append(task)
                 continue
+            task.node, task.dispatched_at = state.node, now
+            claimed.append(task)
+        return claimed, gone
+
+    def _fire(self, claimed: List[_Task], gone: List[_Task]) -> None:
+        """Launch claimed tasks (outside the lock), then count them launched, in one lock round."""
+        launched = []
+        for task in claimed:
+            try:
+                launched.append((task, task.launch(task.node)))
+            except BaseException as err:  # a bad argument or option: the caller gets the error
+                with self._cond:
+                    self._tasks.pop(task.state.id, None)
+                    task.error = err
+                gone.append(task)
+        if launched:
             with self._cond:
-                task.launched, task.ref = True, ref
-                self.stats.dispatched += 1
-                if self.monitor is not None:
-                    self.monitor.decided(state.fields)
+                monitor, per_node, order_of = self.monitor, self._per_node, self._order
+                for task, ref in launched:
+                    task.launched, task.ref = True, ref
+                    if monitor is not None:
+                        monitor.decided(task.state.fields)
+                    node = task.node
+                    per_node[node] = per_node.get(node, 0) + 1
+                    self._launched[ref] = task
+                    order = order_of.get((node, task.shape))
+                    if order is None:
+                        order = order_of[(node, task.shape)] = deque()
+                    order.append(ref)
+                self.stats.dispatched += len(launched)
                 self._last_launch = time.monotonic()
                 if self._pause_from is not None:  # the first decision after a switch
                     self.pauses.append((self.topology.generation, self._last_launch - self._pause_from))
                     self._pause_from = None
-                self._per_node[state.node] = self._per_node.get(state.node, 0) + 1
-                self._launched[ref] = task
                 if self._waiters:
                     self._cond.notify_all()
-            if task.future is not None:
-                task.future.set_result(ref)
+            for task, ref in launched:
+                if task.future is not None:
+                    task.future.set_result(ref)
         if gone:
             self._tell(gone)
             placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
@@ -377,7 +425,7 @@ class Router:
             self.monitor.dropped(task.state.fields)
         task.error = PlacementDeadlineExceeded(
             f"task {task.state.id} of policy {self.policy.name!r} {when}, past its deadline_s "
-            f"{task.deadline - task.state.arrival:g}; dropped without running")
+            f"{task.state.deadline - task.state.arrival:g}; dropped without running")
 
     def _tell(self, tasks: List[_Task]) -> None:
         """Wake the callers of settled tasks that were not launched (outside the lock)."""
@@ -414,7 +462,10 @@ class Router:
         import ray
 
         with self._cond:
-            refs = list(self._launched)
+            refs, windowed = self._watch()
+            self.stats.harvests += 1
+            self.stats.scans += not windowed
+            self.stats.watched += len(refs)
         self._harvested_at = time.monotonic()
         if not refs:
             if block:
@@ -430,6 +481,8 @@ class Router:
         # ``ray.wait`` costs about as much as it would find
         if 1 < want < len(refs) and len(ready) == want:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        if windowed:
+            self._blocked = not ready
         if not ready:
             return False
         with self._cond:
@@ -445,6 +498,30 @@ class Router:
             chosen = self._finished([t.state.id for t in finished], finished)
         self._launch(chosen)
         return bool(finished)
+
+    def _watch(self) -> tuple:
+        """The refs a harvest looks at (holds the lock), and whether they are windows (see the module doc)."""
+        launched = self._launched
+        now = time.monotonic()
+        if now >= self._scan_at or (self._blocked and now >= self._scan_at - self.SCAN_S + self.SCAN_BLOCKED_S):
+            self._scan_at = now + self.SCAN_S
+            return list(launched), False
+        refs: List[Any] = []
+        w = self.window
+        for key, order in list(self._order.items()):
+            while order and order[0] not in launched:
+                order.popleft()
+            if not order:
+                del self._order[key]
+                continue
+            n = 0
+            for ref in order:
+                if ref in launched:
+                    refs.append(ref)
+                    n += 1
+                    if n == w:
+                        break
+        return refs, True
 
     def _ping(self) -> None:
         """Time an empty call to the actor the decider talks to (the store or the selector): the

@@ -459,6 +459,8 @@ class SelectorClient:
         with self._cond:
             if self._local is not None:
                 now = self.now()
+                if len(tasks) == 1:
+                    return self._local.add_and_decide(tasks[0], now)
                 for t in tasks:
                     self._local.add(t, now)
                 return self._local.decide(now)

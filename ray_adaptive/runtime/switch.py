@@ -196,7 +196,8 @@ def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
 
     store = old.store
     generation = old.generation + 1
-    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records)
+    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records,
+                           old.overflow)
     new.start_actors()
     phase("built", new)
     start = time.perf_counter()

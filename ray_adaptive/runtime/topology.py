@@ -68,6 +68,7 @@ class Topology:
     rebuild: bool = False  # its State could not be handed over: the processes rebuild it (see switch)
     driver_node: str = ""  # where the selector starts (near the process that built the topology)
     records: int = 0  # decisions each scheduler keeps to explain them (see ray_adaptive.plan.explain)
+    overflow: bool = False  # Ray's queue holds a full cluster's tasks (see ray_adaptive.plan.holding)
 
     def config(self) -> dict:
         """What a process needs to join this generation (kept by the store)."""
@@ -76,6 +77,7 @@ class Topology:
         k = self.plan.k(len(self.nodes)) if selector and Role.SCHEDULERS in self.specs else 0
         return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0, "generation": g,
                 "rebuild": self.rebuild, "driver_node": self.driver_node, "records": self.records,
+                "overflow": self.overflow,
                 "selector": actor_name(name, "selector", g) if selector else None,
                 "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)]}
 
@@ -95,9 +97,10 @@ class Topology:
         if cfg.get("selector") and selector is None:
             raise RuntimeError(f"the selector {cfg['selector']!r} of the plan in force is gone")
         placements = [p for p in (get(n) for n in cfg.get("placements", [])) if p is not None]
-        return cls(cfg["plan"], role_specs(cfg["plan"]), cfg["nodes"], cfg["slots"], cfg["t0"], store, selector,
-                   placements, cfg.get("generation", 0), cfg.get("rebuild", False), cfg.get("driver_node", ""),
-                   cfg.get("records", 0))
+        overflow = cfg.get("overflow", False)
+        return cls(cfg["plan"], role_specs(cfg["plan"], overflow), cfg["nodes"], cfg["slots"], cfg["t0"], store,
+                   selector, placements, cfg.get("generation", 0), cfg.get("rebuild", False),
+                   cfg.get("driver_node", ""), cfg.get("records", 0), overflow)
 
     def actors(self) -> list:
         return [a for a in (self.store, self.selector, *self.placements) if a is not None]
@@ -105,7 +108,8 @@ class Topology:
     def decider(self, client: str) -> Union[LocalDecider, SelectorClient]:
         """Process ``client``'s way of getting decisions under this generation."""
         if self.selector is not None:
-            return SelectorClient(client, self.selector, lease_spec(self.plan), self.nodes, self.t0, self.records)
+            return SelectorClient(client, self.selector, lease_spec(self.plan, self.overflow), self.nodes, self.t0,
+                                  self.records)
         return LocalDecider(client, self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0, self.generation,
                             self.records)
 
@@ -146,7 +150,7 @@ class Topology:
                 max_restarts=-1, scheduling_strategy=_near(self.driver_node),
             ).remote(specs[Role.SELECTOR], list(nodes),
                      [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
-                     lease=lease_spec(plan) is not None, awaiting_state=g > 0, records=self.records)
+                     lease=lease_spec(plan, self.overflow) is not None, awaiting_state=g > 0, records=self.records)
         ray.get([a.__ray_ready__.remote() for a in (self.selector, *self.placements) if a is not None])
 
     def retire(self) -> None:
@@ -176,17 +180,18 @@ class Topology:
 
 
 def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str,
-          records: int = 0) -> Topology:
+          records: int = 0, overflow: bool = False) -> Topology:
     """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`);
-    each scheduler keeps its last ``records`` decisions, to explain them."""
+    each scheduler keeps its last ``records`` decisions, to explain them; ``overflow``: Ray's queue
+    holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`)."""
     import ray
 
-    specs = role_specs(plan)
+    specs = role_specs(plan, overflow)
     t0 = time.time()
     replicated = specs.get(Role.SCHEDULERS)
     merge = replicated.merge if replicated is not None else None
     initial = (replicated or specs[Role.SELECTOR]).scheduler(nodes).interp.state
-    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node, records)
+    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node, records, overflow)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
         max_restarts=-1, scheduling_strategy=_near(driver_node)).remote(topo.config(), initial, merge)
@@ -203,11 +208,11 @@ def _near(node_id: str):
 
 
 def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[dict], slots: Dict[str, str], t0: float,
-                     store, driver_node: str, records: int = 0) -> Topology:
+                     store, driver_node: str, records: int = 0, overflow: bool = False) -> Topology:
     """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
     (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
-    return Topology(plan, role_specs(plan), list(nodes), dict(slots), t0, store, generation=generation,
-                    driver_node=driver_node, records=records)
+    return Topology(plan, role_specs(plan, overflow), list(nodes), dict(slots), t0, store, generation=generation,
+                    driver_node=driver_node, records=records, overflow=overflow)
 
 
 JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts
