@@ -21,13 +21,14 @@ from __future__ import annotations
 import ast
 import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ray_adaptive.dsl import ir
-from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, TASK_ATTRIBUTES
+from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, NODE_HIDDEN, TASK_ATTRIBUTES
 from ray_adaptive.dsl.ir import BOOL, FLOAT, INT, STRING, Loc, Type
-from ray_adaptive.dsl.limits import F_STRINGS
+from ray_adaptive.dsl.limits import F_STRINGS, INT_MAX, INT_MIN
 from ray_adaptive.dsl.parser import FUNCTION_PARAMS, Decl, SourcePolicy
 from ray_adaptive.errors import PolicyError
 
@@ -35,6 +36,8 @@ _CONSTANT_NAMES = {"inf": (math.inf, FLOAT), "true": (True, BOOL), "false": (Fal
 _RESERVED = {"task", "node", *(_CONSTANT_NAMES), *BUILTINS}
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Mod: "%"}
 _COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+# what a local may be called: the generated hooks name it v_<name>, and their audit accepts ASCII only
+_LOCAL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_AN_OPERATOR = "this operator is not part of the policy language; use + - * / %"
 _UNSUPPORTED = {
     ast.Import: "imports are not allowed: a policy can use only its Task, Node and State fields and the built-in functions",
@@ -154,10 +157,19 @@ class _Expressions:
     # -- leaves
     def _constant(self, e: ast.Constant, scope, expected) -> ir.Expr:
         v, loc = e.value, self.loc(e)
+        if type(v) is int:
+            self._int_in_range(e, v)
         for py, t in ((bool, BOOL), (int, INT), (float, FLOAT), (str, STRING)):  # (bool before its base int)
             if isinstance(v, py):
                 return ir.Const(v, t, loc)
         self.error(e, f"{type(v).__name__} literals are not part of the policy language", "unsupported")
+
+    def _int_in_range(self, e: ast.AST, v: int, negated: bool = False) -> None:
+        """int is 64-bit: a literal it cannot hold is an error (not a silent wrap, nor an OverflowError later)."""
+        value = -v if negated else v
+        if not INT_MIN <= value <= INT_MAX:
+            self.error(e, f"integer literal {value} is out of int's 64-bit range [{INT_MIN}, {INT_MAX}]; "
+                          "write it as a float (e.g. 1e30) if it need not be exact", "type")
 
     def _name(self, e: ast.Name, scope: _Scope, expected) -> ir.Expr:
         n, loc, state = e.id, self.loc(e), self.names.state
@@ -238,6 +250,11 @@ class _Expressions:
         self.error(node, f"operator '{op}' expects numbers or vecs, found {lt} and {rt}", "type")
 
     def _unaryop(self, e: ast.UnaryOp, scope: _Scope, expected) -> ir.Expr:
+        literal = e.operand.value if isinstance(e.operand, ast.Constant) and type(e.operand.value) is int else None
+        if isinstance(e.op, ast.USub) and literal is not None:
+            self._int_in_range(e, literal, negated=True)
+            if literal == -INT_MIN:  # -9223372036854775808: the one literal whose digits alone int cannot hold
+                return ir.Const(INT_MIN, INT, self.loc(e))
         operand = self.check(e.operand, scope)
         if isinstance(e.op, ast.Not):
             self.want(operand, BOOL, e.operand, "'not'")
@@ -330,6 +347,9 @@ class _Expressions:
         if expected is None or expected.kind != "map":
             self.error(e, "a map literal is only allowed as the initial value of a declared map", "type")
         kt, vt = expected.args
+        for k, v in zip(e.keys, e.values):
+            if k is None:  # {**other}: Python's tree holds no key for it
+                self.error(v, "'**' unpacking is not part of the policy language; write the keys and values", "unsupported")
         keys = tuple(self.check(k, scope) for k in e.keys)
         values = tuple(self.check(v, scope, expected=vt) for v in e.values)
         for k, node in zip(keys, e.keys):
@@ -445,6 +465,9 @@ class _Statements:
 
     def _local_target(self, t: ast.Name, scope: _Scope, value_type: Type, op: Optional[str]) -> ir.Expr:
         name = t.id
+        if not _LOCAL_NAME.fullmatch(name):
+            self.error(t, f"local name {name!r} has a character other than A-Z, a-z, 0-9 and '_'; "
+                          "choose an ASCII name", "name")
         if name in _RESERVED:
             self.error(t, f"cannot assign to '{name}': it is a built-in name", "readonly")
         if scope.function == "State":
@@ -499,13 +522,14 @@ class _Declarations:
     def policy(self) -> ir.Policy:
         sections = self.src.sections
         task = self._fields(sections.get("Task"), TASK_ATTRIBUTES, self.names.task_fields)
-        node = self._fields(sections.get("Node"), NODE_ATTRIBUTES, self.names.node_fields)
+        node = self._fields(sections.get("Node"), NODE_ATTRIBUTES, self.names.node_fields, NODE_HIDDEN)
         state = self._state(sections.get("State"))
         score = self._function(sections["Score"])
         hooks = tuple(self._function(sections[h]) for h in ("OnArrival", "OnDispatch", "OnFinish") if h in sections)
         return ir.Policy(self.name, task, node, state, score, hooks, file=self.src.file)
 
-    def _fields(self, section, builtin: dict[str, Type], out: dict[str, Type]) -> tuple[ir.FieldDecl, ...]:
+    def _fields(self, section, builtin: dict[str, Type], out: dict[str, Type],
+                hidden: dict[str, str] = {}) -> tuple[ir.FieldDecl, ...]:  # noqa: B006 -- read only
         out.update(builtin)
         if section is None:
             return ()
@@ -513,6 +537,9 @@ class _Declarations:
         for d in section.decls:
             if d.name in builtin:
                 self.error(d.loc, f"'{d.name}' is a built-in attribute of every {section.name.lower()}; choose another field name", "name")
+            if d.name in hidden:
+                self.error(d.loc, f"'{d.name}' is {hidden[d.name]}: a field by that name would be hidden by it; "
+                                  "choose another field name", "name")
             out[d.name] = d.type
             decls.append(ir.FieldDecl(d.name, d.type, d.loc))
         return tuple(decls)
