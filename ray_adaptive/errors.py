@@ -53,6 +53,10 @@ class PolicyRuntimeError(RayAdaptiveError):
 class FileError(RayAdaptiveError):
     """A file the user named cannot be read or written: ``PATH: cannot read the scenario: CAUSE``."""
 
+    def __init__(self, path: str, message: str):
+        self.path, self.message = path, message
+        super().__init__(f"{path}: {message}")
+
 
 class ScenarioError(RayAdaptiveError):
     """A scenario or trace file is malformed; the message names the task/node and key."""

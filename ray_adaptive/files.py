@@ -52,10 +52,12 @@ def read_bytes(path: "str | os.PathLike", what: str, limit: Optional[int] = None
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         with open(path, "rb") as f:
             return f.read() if limit is None else f.read(limit + 1)
+    except FileNotFoundError:
+        raise FileError(str(path), f"no such {what} file") from None
     except OSError as err:
-        raise FileError(f"{path}: cannot read the {what}: {describe_os_error(err)}") from None
+        raise FileError(str(path), f"cannot read the {what}: {describe_os_error(err)}") from None
     except ValueError as err:  # e.g. a NUL character in the path
-        raise FileError(f"{path!r}: cannot read the {what}: {err}") from None
+        raise FileError(repr(str(path)), f"cannot read the {what}: {err}") from None
 
 
 def decode(data: bytes, path: "str | os.PathLike", what: str) -> str:
@@ -63,8 +65,8 @@ def decode(data: bytes, path: "str | os.PathLike", what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise FileError(f"{path}: cannot read the {what}: not UTF-8 text "
-                        f"(byte 0x{data[err.start]:02x} at offset {err.start})") from None
+        raise FileError(str(path), f"cannot read the {what}: not UTF-8 text "
+                                   f"(byte 0x{data[err.start]:02x} at offset {err.start})") from None
 
 
 def read_text(path: "str | os.PathLike", what: str) -> str:
@@ -78,11 +80,11 @@ def check_writable(path: "str | os.PathLike", what: str) -> None:
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
-        raise FileError(f"{path}: cannot write the {what}: it is a directory")
+        raise FileError(str(path), f"cannot write the {what}: it is a directory")
     if not folder.is_dir():
-        raise FileError(f"{path}: cannot write the {what}: the folder {str(folder)!r} does not exist")
+        raise FileError(str(path), f"cannot write the {what}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise FileError(f"{path}: cannot write the {what}: permission denied")
+        raise FileError(str(path), f"cannot write the {what}: permission denied")
 
 
 def write_text(path: "str | os.PathLike", text: str, what: str) -> None:
@@ -90,6 +92,6 @@ def write_text(path: "str | os.PathLike", text: str, what: str) -> None:
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as err:
-        raise FileError(f"{path}: cannot write the {what}: {describe_os_error(err)}") from None
+        raise FileError(str(path), f"cannot write the {what}: {describe_os_error(err)}") from None
     except ValueError as err:
-        raise FileError(f"{path!r}: cannot write the {what}: {err}") from None
+        raise FileError(repr(str(path)), f"cannot write the {what}: {err}") from None
