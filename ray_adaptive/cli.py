@@ -26,7 +26,7 @@ from ray_adaptive.errors import RayAdaptiveError
 #: Flag ranges: generous for real use, small enough that no value makes a command run for hours or
 #: exhaust memory (docs/limits.md lists them with what they cost).
 MAX_RATE = 1e9  # tasks/s
-MAX_NODES = 10_000  # simulated nodes
+MAX_NODES = 1_000  # simulated nodes (a compile on 1,000 nodes already takes minutes)
 MAX_RAY_NODES = 256  # nodes of a local Ray cluster (--ray, demo)
 MAX_EXECUTORS = MAX_QUEUE = 1_000
 MAX_WINDOW = 100_000  # tasks replayed per plan

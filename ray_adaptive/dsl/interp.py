@@ -286,12 +286,15 @@ class _Compiler:
         test, then, orelse = self.expr(e.test), self.expr(e.then), self.expr(e.orelse)
         is_vec = e.type.kind == "vec"
 
+        loc = e.loc
+
         def cond(env):
             c = test(env)
             if not is_array(c):
                 return then(env) if c else orelse(env)
             a, b = then(env), orelse(env)
-            if is_vec:
+            if is_vec:  # (lanes hold one length: a lane's two branches must agree on it)
+                check_lengths(a, b, loc)
                 c = as_vec_operand(c, False)
             return np.where(c, a, b)
 

@@ -65,9 +65,12 @@ def as_vec_operand(x, is_vec: bool):
 
 
 def check_lengths(a, b, loc: ir.Loc) -> None:
+    """Vecs in one operation have one length -- but the zero vector a missing map key reads as (length 1,
+    all zeros: see :func:`zero_value`) takes the length of the other. A length-1 vec that is not all
+    zeros does not broadcast: that would silently repeat its element."""
     la = a.shape[-1:] if isinstance(a, np.ndarray) else np.shape(a)[-1:]  # (np.shape: a dispatch per call)
     lb = b.shape[-1:] if isinstance(b, np.ndarray) else np.shape(b)[-1:]
-    if la and lb and la[0] != lb[0] and 1 not in (la[0], lb[0]):
+    if la and lb and la[0] != lb[0] and not ((la[0] == 1 and not np.any(a)) or (lb[0] == 1 and not np.any(b))):
         raise PolicyRuntimeError(f"{loc}: vectors of different lengths ({la[0]} and {lb[0]}) in one operation")
 
 
