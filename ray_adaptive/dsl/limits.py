@@ -214,9 +214,8 @@ def scan(text: str, file: str, line0: int, col0: int, budget: Optional[Budget] =
         elif kind == "op" or (kind == "name" and m.group() in _NODE_WORDS):
             nesting.node()
         if nesting.bound() > _PARSE_SAFE_BOUND:
-            raise limit_error(f"expression nests more than {MAX_DEPTH} levels deep (the limit): over "
-                              f"{_PARSE_SAFE_BOUND:,} operators and brackets in one nest; split it with local "
-                              "variables", file, *start)
+            raise limit_error(f"nested deeper than the limit of {MAX_DEPTH} levels: over {_PARSE_SAFE_BOUND:,} "
+                              "operators and brackets in one nest; split it with local variables", file, *start)
 
 
 # ------------------------------------------------------------ exact depth
@@ -236,8 +235,9 @@ def _children(node: ast.AST, level: int, blocks: int) -> Iterator[tuple[ast.AST,
         if isinstance(child, ast.stmt):
             yield child, level + 1, blocks + 1  # a compound statement's body
         elif isinstance(child, ast.expr):
-            # a statement's expressions start at its level; an expression's operands are one deeper
-            yield child, level + (1 if isinstance(node, ast.expr) else 0), blocks
+            # a statement's expressions start at its level; an expression's operands are one deeper, and
+            # so are those of `x += v`, which is `x = x + v`
+            yield child, level + (1 if isinstance(node, (ast.expr, ast.AugAssign)) else 0), blocks
         else:  # keywords, comprehensions, arguments: transparent
             yield from _children(child, level, blocks)
 
