@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import unicodedata
 from importlib import resources
 from pathlib import Path
 
@@ -101,8 +102,19 @@ class _Resources(click.ParamType):
         return {str(k): float(v) for k, v in d.items()}
 
 
+def _printable(line: str) -> str:
+    """``line`` with control characters escaped (``\\x0c``, ``\\n``, ``\\x1b``): a message quoting the user's
+    input stays one line, and cannot move the cursor or recolour the terminal."""
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp")
+                   else ch for ch in line)
+
+
+def _error(line: str) -> None:
+    click.echo(_printable(line), err=True)
+
+
 def _fail(message: str) -> None:
-    click.echo(message, err=True)
+    _error(message)
     sys.exit(1)
 
 
@@ -158,16 +170,15 @@ def check(files: tuple[str, ...]) -> None:
             p = load_policy(f)
         except (RayAdaptiveError, FileNotFoundError) as err:
             # FILE:LINE:COL: error: ... for a policy error; FILE: error: ... for a file that cannot be read
-            click.echo(str(err) if isinstance(err, PolicyError) else f"{f}: error: {getattr(err, 'message', err)}",
-                       err=True)
+            _error(str(err) if isinstance(err, PolicyError) else f"{f}: error: {getattr(err, 'message', err)}")
             failed = True
             continue
         hooks = ", ".join(h.name for h in p.hooks) or "no hooks"
         limit = f", limit {p.limit:g}" if p.limit is not None else ""
-        click.echo(
+        click.echo(_printable(
             f"{f}: ok: policy {p.name}: {len(p.task_fields)} task fields, {len(p.node_fields)} node fields, "
             f"{len(p.state)} state variables, Score{limit}, {hooks}"
-        )
+        ))
     sys.exit(1 if failed else 0)
 
 

@@ -167,6 +167,8 @@ class _Emitter:
             return "_to_int(num_nodes)"
         if fn == "get_load":
             return self._fieldref(ir.FieldRef("node", "load", ir.INT))
+        if fn == "abs":  # (before the arguments are emitted: each is emitted once)
+            return f"_abs({self._number(e.args[0], e.type)})"
         args = [self.expr(a) for a in e.args]
         if fn in ("max", "min"):
             if len(args) == 1:
@@ -174,8 +176,6 @@ class _Emitter:
             return f"_reduce(_{fn}, ({', '.join(args)},))"
         if fn == "len":
             return f"_to_int(_shape({args[0]})[-1])" if e.args[0].type.kind == "vec" else f"_to_int(len({args[0]}))"
-        if fn == "abs":
-            return f"_abs({self._number(e.args[0], e.type)})"
         return f"{_UFUNC[fn]}({args[0]})"
 
     def _cond(self, e: ir.Cond) -> str:

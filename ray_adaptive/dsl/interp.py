@@ -206,15 +206,17 @@ class _Compiler:
         return lookup
 
     def _unary(self, e: ir.Unary):
-        operand = self._number(e.operand, e.type)
+        operand = self._number(self.expr(e.operand), e.operand.type, e.type)
         if e.op == "not":
             return lambda env: np.logical_not(operand(env))
         return lambda env: np.negative(operand(env))
 
-    def _number(self, e: ir.Expr, result: ir.Type):
-        """``e`` as an operand of arithmetic with a ``result`` of int type: a bool counts as an int64 0 or 1."""
-        value = self.expr(e)
-        if e.type == ir.BOOL and (result.kind == "int" or (result.kind == "vec" and result.elem.kind == "int")):
+    @staticmethod
+    def _number(value, t: ir.Type, result: ir.Type):
+        """``value`` -- an operand's closure, of type ``t`` -- as an operand of arithmetic with a ``result``
+        of int type: a bool counts as an int64 0 or 1. (It takes the closure, not the operand's IR: compiling
+        an operand twice made a chain of n operators cost 2**n.)"""
+        if t == ir.BOOL and (result.kind == "int" or (result.kind == "vec" and result.elem.kind == "int")):
             return lambda env: to_int(value(env))
         return value
 
@@ -235,7 +237,7 @@ class _Compiler:
         loc = e.loc
         if e.type == ir.STRING:
             return lambda env: concat(left(env), right(env), loc)
-        left, right = self._number(e.left, e.type), self._number(e.right, e.type)
+        left, right = self._number(left, e.left.type, e.type), self._number(right, e.right.type, e.type)
         if not (lvec or rvec):
             return lambda env: fn(left(env), right(env))
 
@@ -278,7 +280,7 @@ class _Compiler:
 
             return map_len
         if fn == "abs":
-            a = self._number(e.args[0], e.type)
+            a = self._number(a, e.args[0].type, e.type)
         ufunc = {"abs": np.abs, "sqrt": np.sqrt, "log": np.log}[fn]
         return lambda env: ufunc(a(env))
 
