@@ -91,6 +91,13 @@ class Gang:
             raise TypeError(f"anti_affinity must be an esl.AntiAffinity, got {anti_affinity!r}")
         self._aa = anti_affinity
         self._prefix = _base.new_prefix("gang")
+        for i, demand in enumerate(self._bundles):
+            # the gang resources' names and amounts as set_resource checks them (a 10,000-character name,
+            # CPU: 1e300, 1e-9 below Ray's granularity): here, before any cluster is asked anything
+            try:
+                _res.check_capacities(self.resources(i))
+            except ValueError as err:
+                raise ValueError(f"bundles[{i}] = {self._bundles[i]!r}: {err}") from None
         self._placement: Optional[List[str]] = None
         self._taken: Dict[str, Dict[str, float]] = {}
         self._names: Dict[str, Dict[str, float]] = {}

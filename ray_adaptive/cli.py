@@ -2,13 +2,21 @@
 
 POLICY arguments are a path or the name of a shipped policy (``drf_lb``);
 SCENARIO arguments are a path or the name of a shipped scenario.
+
+Every error is one line on stderr and exit code 1 -- a bad policy
+(``FILE:LINE:COL: error: ...``), a bad data file (its entry and key), a file
+that cannot be read or written (its path and the cause), a flag out of its
+range (the flag and the range, checked by click's own types before any work
+starts) -- never a Python traceback. The limits are in ``docs/limits.md``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import unicodedata
 from importlib import resources
 from pathlib import Path
 
@@ -16,10 +24,105 @@ import click
 
 from ray_adaptive.errors import RayAdaptiveError
 
+#: Flag ranges: generous for real use, small enough that no value makes a command run for hours or
+#: exhaust memory (docs/limits.md lists them with what they cost).
+MAX_RATE = 1e9  # tasks/s
+MAX_NODES = 1_000  # simulated nodes (a compile on 1,000 nodes already takes minutes)
+MAX_RAY_NODES = 256  # nodes of a local Ray cluster (--ray, demo)
+MAX_EXECUTORS = MAX_QUEUE = 1_000
+MAX_WINDOW = 100_000  # tasks replayed per plan
+MAX_SECONDS = 3_600.0  # simulated seconds per run (reproduce)
+MIN_EVERY = 0.001  # seconds between demo rows: the shipped scenario spans a few seconds
+MAX_SEED = 2**63 - 1
+
+
+class _Group(click.Group):
+    """The command group, whose usage errors -- an unknown option, a flag out of range -- are one line
+    and exit 1, like every other error of the CLI (click's own way is a usage block and exit 2)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as err:
+            where = getattr(getattr(err, "ctx", None), "command_path", None)
+            hint = f" (see: {where} --help)" if isinstance(err, click.UsageError) and where else ""
+            _fail(f"error: {' '.join(err.format_message().split())}{hint}")
+        except click.Abort:
+            _fail("error: aborted")
+        except Exception as err:  # noqa: BLE001 -- a bug of ours: still one line, and a way to see more
+            if os.environ.get("RAY_ADAPTIVE_TRACEBACK") == "1":
+                raise
+            _fail(f"error: internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]} "
+                  "(a bug in ray-adaptive; RAY_ADAPTIVE_TRACEBACK=1 shows where)")
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+class _Finite(click.FloatRange):
+    """``click.FloatRange`` that refuses NaN, which compares false with both bounds and so would pass."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if math.isnan(rv):
+            self.fail(f"{value!r} is not a number in the range {self._describe_range()}.", param, ctx)
+        return rv
+
+
+class _Rates(click.ParamType):
+    """A comma-separated list of arrival rates, each a finite number in (0, MAX_RATE]."""
+
+    name = "RATES"
+    _one = _Finite(min=0.0, min_open=True, max=MAX_RATE)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"{value!r} is not a comma-separated list of rates (tasks/s), e.g. 100,300,500.", param, ctx)
+        return [self._one.convert(p, param, ctx) for p in parts]
+
+
+class _Resources(click.ParamType):
+    """A JSON object of resource amounts, e.g. ``{"CPU": 4}``: finite numbers >= 0."""
+
+    name = "JSON"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        try:
+            d = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            d = None
+        if not isinstance(d, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in d.values()):
+            self.fail(f"{value!r} is not a JSON object of finite amounts >= 0, e.g. '{{\"CPU\": 4}}'.", param, ctx)
+        return {str(k): float(v) for k, v in d.items()}
+
+
+def _printable(line: str) -> str:
+    """``line`` with control characters escaped (``\\x0c``, ``\\n``, ``\\x1b``): a message quoting the user's
+    input stays one line, and cannot move the cursor or recolour the terminal."""
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp")
+                   else ch for ch in line)
+
+
+def _error(line: str) -> None:
+    click.echo(_printable(line), err=True)
+
 
 def _fail(message: str) -> None:
-    click.echo(message, err=True)
+    _error(message)
     sys.exit(1)
+
+
+def _message(err: Exception) -> str:
+    """The one line an error is shown as: a PolicyError is already ``FILE:LINE:COL: error: ...``."""
+    from ray_adaptive.errors import PolicyError
+
+    return str(err) if isinstance(err, PolicyError) else f"error: {err}"
 
 
 def _load_policy(name_or_path: str):
@@ -28,7 +131,7 @@ def _load_policy(name_or_path: str):
     try:
         return load_policy(name_or_path)
     except (RayAdaptiveError, FileNotFoundError) as err:
-        _fail(str(err) if isinstance(err, RayAdaptiveError) else f"error: {err}")
+        _fail(_message(err))
 
 
 def _scenario_path(name_or_path: str) -> Path:
@@ -38,7 +141,17 @@ def _scenario_path(name_or_path: str) -> Path:
     return Path(str(resources.files("ray_adaptive").joinpath("scenarios", f"{name_or_path}.json")))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _output(path: str, what: str) -> None:
+    """Fail now, not after the work, when ``path`` cannot be written."""
+    from ray_adaptive.files import check_writable
+
+    try:
+        check_writable(path, what)
+    except RayAdaptiveError as err:
+        _fail(f"error: {err}")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ray-adaptive")
 def main() -> None:
     """Programmable and adaptive scheduling for Ray."""
@@ -49,26 +162,29 @@ def main() -> None:
 def check(files: tuple[str, ...]) -> None:
     """Check policy FILES; print a summary per valid file, FILE:LINE:COL errors otherwise."""
     from ray_adaptive.dsl import load_policy
+    from ray_adaptive.errors import PolicyError
 
     failed = False
     for f in files:
         try:
             p = load_policy(f)
-        except RayAdaptiveError as err:
-            click.echo(str(err), err=True)
-            failed = True
-            continue
-        except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError) as err:
-            click.echo(f"{f}: error: {err}", err=True)
+        except (RayAdaptiveError, FileNotFoundError) as err:
+            # FILE:LINE:COL: error: ... for a policy error; FILE: error: ... for a file that cannot be read
+            _error(str(err) if isinstance(err, PolicyError) else f"{f}: error: {getattr(err, 'message', err)}")
             failed = True
             continue
         hooks = ", ".join(h.name for h in p.hooks) or "no hooks"
         limit = f", limit {p.limit:g}" if p.limit is not None else ""
-        click.echo(
+        click.echo(_printable(
             f"{f}: ok: policy {p.name}: {len(p.task_fields)} task fields, {len(p.node_fields)} node fields, "
             f"{len(p.state)} state variables, Score{limit}, {hooks}"
-        )
+        ))
     sys.exit(1 if failed else 0)
+
+
+def _json_line(d: dict) -> str:
+    """``d`` as one line of strict JSON: a non-finite number (a Score of -inf) as the string "-inf"."""
+    return json.dumps({k: v if not isinstance(v, float) or math.isfinite(v) else str(v) for k, v in d.items()})
 
 
 @main.command()
@@ -84,7 +200,7 @@ def replay(policy: str, scenario: str, quiet: bool) -> None:
     path = _scenario_path(scenario)
     try:
         sc = load_scenario(path)
-        on_decision = None if quiet else (lambda d: click.echo(json.dumps(d.as_dict())))
+        on_decision = None if quiet else (lambda d: click.echo(_json_line(d.as_dict())))
         result = Replay(p, sc, on_decision=on_decision, source=str(path)).run()
     except RayAdaptiveError as err:
         _fail(f"error: {err}")
@@ -94,8 +210,10 @@ def replay(policy: str, scenario: str, quiet: bool) -> None:
 @main.command()
 @click.option("--replay", is_flag=True, help="Replay the shipped scenario in the simulator instead (no Ray).")
 @click.option("--policy", "policy_name", default="drf_lb", show_default=True, help="Policy to replay (--replay).")
-@click.option("--every", default=0.5, show_default=True, help="Seconds between rows (--replay).")
-@click.option("--nodes", type=int, default=4, show_default=True, help="Nodes of the local Ray cluster.")
+@click.option("--every", type=_Finite(min=MIN_EVERY, max=MAX_SECONDS), default=0.5, show_default=True,
+              help="Seconds between rows (--replay).")
+@click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=4, show_default=True,
+              help="Nodes of the local Ray cluster.")
 def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
     """DRF-LB through the runtime on a local Ray cluster: goodput and fairness per plan.
 
@@ -104,98 +222,116 @@ def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
     if replay:
         from ray_adaptive.experiments.demo import run_demo
 
-        run_demo(policy_name, every)
+        try:
+            run_demo(policy_name, every)
+        except (RayAdaptiveError, FileNotFoundError) as err:
+            _fail(_message(err))
         return
     from ray_adaptive.experiments.on_ray import reproduce_ray
 
-    if nodes < 1:
-        _fail(f"error: --nodes must be >= 1, found {nodes}")
     click.echo("DRF-LB, 3 tenants (greedy at 3x each other), each submitting from its own process, "
                "under each plan, below and above the cluster's capacity.")
     reproduce_ray("out/demo", quick=True, nodes=nodes, echo=click.echo)
 
 
+def _read_profile(path: str):
+    from ray_adaptive.compiler import Profile
+    from ray_adaptive.files import read_text
+
+    try:
+        return Profile.from_dict(json.loads(read_text(path, "profile")))
+    except RayAdaptiveError as err:
+        _fail(f"error: {err}")
+    except (json.JSONDecodeError, RecursionError, ValueError, TypeError, KeyError, AttributeError) as err:
+        _fail(f"error: {path}: not a valid profile: {' '.join(str(err).split())[:200]}")
+
+
 @main.command(name="compile")
 @click.argument("policy")
-@click.option("--rate", type=float, default=None, help="Arrival rate (tasks/s); default: the trace's own rate.")
-@click.option("--nodes", type=int, default=12, show_default=True, help="Nodes in the cluster.")
-@click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
-@click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
-@click.option("--trace", "trace_path", default=None, help="Workload trace (.csv or .parquet) to replay.")
-@click.option("--window", type=int, default=600, show_default=True, help="Tasks of the trace to replay (the first third warms up).")
+@click.option("--rate", type=_Finite(min=0.0, min_open=True, max=MAX_RATE), default=None,
+              help="Arrival rate (tasks/s); default: the trace's own rate.")
+@click.option("--nodes", type=click.IntRange(1, MAX_NODES), default=12, show_default=True, help="Nodes in the cluster.")
+@click.option("--executors", type=click.IntRange(1, MAX_EXECUTORS), default=1, show_default=True,
+              help="Executors per node.")
+@click.option("--queue", type=click.IntRange(0, MAX_QUEUE), default=2, show_default=True, help="Node queue length.")
+@click.option("--node-resources", type=_Resources(), default=None,
+              help='Resources of every node, as JSON (e.g. \'{"CPU": 4}\'): what a trace\'s tasks ask for.')
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Workload trace (.csv or .parquet) to replay.")
+@click.option("--window", type=click.IntRange(10, MAX_WINDOW), default=600, show_default=True,
+              help="Tasks of the trace to replay (the first third warms up).")
 @click.option("--whole-window", is_flag=True,
               help="Replay every plan over the whole window (a more precise competitive ratio; by default a "
                    "replay stops once its ratio is settled against the limit).")
-@click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
-@click.option("--headroom", type=float, default=0.1, show_default=True, help="Throughput margin over the rate.")
-@click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see docs/compiler.md).")
+@click.option("--limit", type=_Finite(min=1.0, max=MAX_RATE), default=None,
+              help="Competitive-ratio limit, >= 1 (default: the policy's [limit=...]).")
+@click.option("--headroom", type=_Finite(min=0.0, max=10.0), default=0.1, show_default=True,
+              help="Throughput margin over the rate (0.1: 10%).")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="JSON file of latency-model parameters (see docs/compiler.md).")
 @click.option("--no-measure", is_flag=True, help="Use the profile's fixed unit compute instead of timing units.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan file (one JSON object) instead of the report.")
-@click.option("--out", default=None, help="Also write the plan file (JSON) here.")
-def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, whole_window, limit, headroom, profile_path,
-             no_measure, seed, as_json, out) -> None:
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the plan file (JSON) here.")
+def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_path, window, whole_window, limit,
+             headroom, profile_path, no_measure, seed, as_json, out) -> None:
     """Compile POLICY: its execution units, every plan with its estimates, and the chosen plan."""
-    from ray_adaptive.compiler import Profile, compile_policy
+    from ray_adaptive.compiler import compile_policy
+    from ray_adaptive.files import write_text
     from ray_adaptive.workload.trace import read_trace
 
+    if out:
+        _output(out, "plan file")
     p = _load_policy(policy)
     if rate is None and trace_path is None:
         _fail("error: give --rate R (tasks/s) or --trace FILE to compile against")
+    profile = _read_profile(profile_path) if profile_path else None
     try:
-        profile = None
-        if profile_path:
-            try:
-                profile = Profile.from_dict(json.loads(Path(profile_path).read_text()))
-            except (OSError, json.JSONDecodeError, ValueError, TypeError) as err:
-                _fail(f"error: {profile_path}: not a valid profile: {err}")
         tasks = read_trace(trace_path) if trace_path else None
         result = compile_policy(p, rate=rate, trace=tasks, nodes=nodes, executors=executors, queue=queue,
-                                profile=profile, measure=not no_measure, window=window, headroom=headroom,
-                                limit=limit, seed=seed, workers=os.cpu_count() or 1, settle=not whole_window)
-    except RayAdaptiveError as err:
+                                node_resources=node_resources, profile=profile, measure=not no_measure,
+                                window=window, headroom=headroom, limit=limit, seed=seed,
+                                workers=os.cpu_count() or 1, settle=not whole_window)
+        plan_file = result.as_dict()
+        if out:
+            write_text(out, json.dumps(plan_file, indent=2) + "\n", "plan file")
+    except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
-    except ValueError as err:
-        _fail(f"error: {err}")
-    plan_file = result.as_dict()
-    if out:
-        Path(out).write_text(json.dumps(plan_file, indent=2) + "\n")
     click.echo(json.dumps(plan_file) if as_json else result.format())
 
 
 @main.command()
 @click.option("--quick", is_flag=True, help="Fewer rates, shorter runs (a few seconds).")
-@click.option("--out", "out_dir", default="out/reproduce", show_default=True, help="Folder for sweep.csv and the PNGs.")
-@click.option("--rates", default=None, help="Comma-separated arrival rates (tasks/s) instead of the default sweep.")
-@click.option("--seconds", type=float, default=None, help="Simulated seconds per run (default 2.5, quick 1.6).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/reproduce", show_default=True,
+              help="Folder for sweep.csv and the PNGs.")
+@click.option("--rates", type=_Rates(), default=None, help="Comma-separated arrival rates (tasks/s) instead of the default sweep.")
+@click.option("--seconds", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
+              help="Simulated seconds per run (default 2.5, quick 1.6).")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--no-measure", is_flag=True, help="Use the fixed unit compute of the latency model (machine-independent).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--ray", "on_ray", is_flag=True, help="Run it on a local Ray cluster through the runtime instead.")
-@click.option("--nodes", type=int, default=6, show_default=True, help="Nodes of the local Ray cluster (--ray).")
+@click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=6, show_default=True,
+              help="Nodes of the local Ray cluster (--ray).")
 def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
-    try:
-        rate_list = [float(r) for r in rates.split(",")] if rates else None
-    except ValueError:
-        _fail(f"error: --rates must be comma-separated numbers, found {rates!r}")
-    if rate_list is not None and (not rate_list or any(r <= 0 for r in rate_list)):
-        _fail("error: --rates must be positive numbers")
     if on_ray:
         from ray_adaptive.experiments.on_ray import reproduce_ray
 
-        if nodes < 1:
-            _fail(f"error: --nodes must be >= 1, found {nodes}")
         reproduce_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_ray", quick=quick, nodes=nodes,
-                      rates=rate_list, echo=click.echo)
+                      rates=rates, echo=click.echo)
         return
+    from ray_adaptive.files import describe_os_error
+
     try:
-        run(out_dir, quick=quick, rates=rate_list, seconds=seconds, seed=seed, measure=not no_measure,
+        run(out_dir, quick=quick, rates=rates, seconds=seconds, seed=seed, measure=not no_measure,
             show_progress=not no_progress, echo=click.echo)
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
+    except OSError as err:  # the folder cannot be made, or a file in it written
+        _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
 
 
 @main.command()

@@ -24,6 +24,7 @@ class PolicyError(RayAdaptiveError):
         "no-node",       # a hook without a node parameter uses `node`
         "unsupported",   # valid Python that is not part of the policy language
         "structure",     # missing return, empty body, code after return, ...
+        "limit",         # over one of the limits of docs/limits.md (file size, statements, depth, size)
     )
 
     def __init__(
@@ -45,7 +46,16 @@ class PolicyError(RayAdaptiveError):
 
 
 class PolicyRuntimeError(RayAdaptiveError):
-    """A well-typed policy failed while running (e.g. vectors of different lengths)."""
+    """A well-typed policy failed while running (e.g. vectors of different lengths, a string or a
+    map over its limit); the message starts with the policy file's ``FILE:LINE:COL``."""
+
+
+class FileError(RayAdaptiveError):
+    """A file the user named cannot be read or written: ``PATH: cannot read the scenario: CAUSE``."""
+
+    def __init__(self, path: str, message: str):
+        self.path, self.message = path, message
+        super().__init__(f"{path}: {message}")
 
 
 class ScenarioError(RayAdaptiveError):

@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import unicodedata
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from ray_adaptive._private import raylet
@@ -70,6 +71,7 @@ __all__ = [
     "is_reserved_name",
     "RESERVED_NAMES",
     "resize_many",
+    "check_capacities",
     "cluster_lock",
     "retry_until_done",
 ]
@@ -99,16 +101,40 @@ def is_reserved_name(name: str) -> bool:
     )
 
 
-def _check_name(name) -> str:
+def _unprintable(name: str) -> Optional[str]:
+    """The first character of ``name`` that has no place in a resource name: a control character (NUL,
+    newline, escape, ...), a format character (e.g. a bidirectional override) or a line separator."""
+    for ch in name:
+        category = unicodedata.category(ch)
+        if category[0] == "C" or category in ("Zl", "Zp"):
+            return ch
+    return None
+
+
+def _check_spelling(name) -> str:
+    """What every name sent to the raylet must be, Ray's own (CPU, ...) included."""
     if not isinstance(name, str):
         raise TypeError(
             f"resource name must be a str, got {type(name).__name__} {name!r}"
         )
     if not name or name.strip() != name or len(name) > _MAX_NAME_LEN:
+        shown = repr(name) if len(name) <= 80 else f"{name[:40]!r}... ({len(name):,} characters)"
         raise ValueError(
-            f"resource name {name!r} must be 1-{_MAX_NAME_LEN} characters without "
+            f"resource name {shown} must be 1-{_MAX_NAME_LEN} characters without "
             "leading or trailing whitespace"
         )
+    bad = _unprintable(name)
+    if bad is not None:
+        raise ValueError(
+            f"resource name {name!r} holds the control character {bad!r} (U+{ord(bad):04X}); "
+            "use printable characters only"
+        )
+    return name
+
+
+def _check_name(name) -> str:
+    """A name :func:`set_resource` may set: well spelt and not one of Ray's own."""
+    _check_spelling(name)
     if is_reserved_name(name):
         raise ResourceError(
             f"resource name {name!r} is reserved by Ray (CPU, GPU, TPU, memory, "
@@ -294,10 +320,8 @@ def set_resources(capacities: Mapping[str, float], node_spec: NodeSpec = None) -
 
         set_resources({f"slot_{i}": 1 for i in range(1000)}, node_spec={})
     """
-    if not isinstance(capacities, Mapping):
-        raise TypeError(f"capacities must be a dict of name -> capacity, got {capacities!r}")
-    targets = {_check_name(name): _check_capacity(name, cap) for name, cap in capacities.items()}
-    client, session = _current()
+    targets = check_capacities(capacities)
+    client, session = _current()  # (only once every name and capacity passed: bad input needs no cluster)
     nodes = _resolve_nodes(client, node_spec)
     if not targets or not nodes:
         return nodes
@@ -524,15 +548,9 @@ def resize_many(per_node: Mapping[str, Mapping[str, float]], *, convert_from: It
             cpu = get_cluster_state([node])[node]["CPU"]["total"]
             resize_many({node: {"CPU": cpu - 1, "my-gang-0": 1}}, convert_from=["CPU"])
     """
-    allowed = set(convert_from)
-    checked: Dict[str, Dict[str, float]] = {}
-    for node, targets in per_node.items():
-        checked[node] = {}
-        for name, capacity in targets.items():
-            if name not in allowed:
-                _check_name(name)
-            checked[node][name] = _check_capacity(name, capacity)
-    client, session = _current()
+    allowed = {_check_spelling(name) for name in convert_from}
+    checked = {node: check_capacities(targets, convert_from=allowed) for node, targets in per_node.items()}
+    client, session = _current()  # (only once every name and capacity passed: bad input needs no cluster)
     with _lock:
         totals = client.resize_many(checked)
         for node, targets in checked.items():
@@ -547,6 +565,27 @@ def resize_many(per_node: Mapping[str, Mapping[str, float]], *, convert_from: It
             if not created:
                 session.created.pop(node, None)
         return totals
+
+
+def check_capacities(capacities: Mapping[str, float], *, convert_from: Iterable[str] = ()) -> Dict[str, float]:
+    """``capacities`` checked as :func:`set_resource` and :func:`resize_many` check them -- names
+    (1-256 printable characters, not Ray's own unless in ``convert_from``) and capacities (finite,
+    in [0, 1e14], not below Ray's granularity of 1e-4 unless 0) -- without touching the cluster; returns
+    them rounded as they would be set. Libraries that derive names (``esl.Gang``) check them up front.
+
+    Example:
+        >>> check_capacities({"my-slot": 2})
+        {'my-slot': 2.0}
+        >>> check_capacities({"bad\\nname": 1})
+        Traceback (most recent call last):
+        ...
+        ValueError: resource name 'bad\\nname' holds the control character '\\n' (U+000A); use printable characters only
+    """
+    if not isinstance(capacities, Mapping):
+        raise TypeError(f"capacities must be a dict of name -> capacity, got {capacities!r}")
+    allowed = set(convert_from)
+    return {(_check_spelling(name) if name in allowed else _check_name(name)): _check_capacity(name, capacity)
+            for name, capacity in capacities.items()}
 
 
 def cluster_lock(name: str) -> raylet.ClusterLock:

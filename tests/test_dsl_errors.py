@@ -531,6 +531,13 @@ CASES = [
     case("none-literal", P(
         SCORE,
         "  return None"), 2, 10, "unsupported", "NoneType literals are not part of the policy language"),
+    # ------------------------------------------- limits (tests/test_input_limits.py has the rest)
+    case("operator-chain-over-the-depth-limit", P(
+        SCORE,
+        "  return " + " + ".join(["1"] * 66)), 2, 10, "limit", "nested 65 levels deep, over the limit of 64"),
+    case("minus-chain-over-the-depth-limit", P(
+        SCORE,
+        "  return " + "-" * 65 + "1"), 2, 75, "limit", "nested 65 levels deep, over the limit of 64"),
 ]
 # fmt: on
 

@@ -72,8 +72,8 @@ def role_costs(analysis: Analysis, profile: Profile, plan: Plan, nodes: int, rol
         hooks, finish_needed = ("OnArrival", "OnDispatch", "OnFinish"), has_finish
         send_what = "send to the node"
     units = {u.id: u for u in analysis.units}
-    order = [u.id for u in analysis.units]
-    compute_ids = sorted(compute_ids, key=order.index)
+    order = {u.id: i for i, u in enumerate(analysis.units)}  # (a dict: list.index made 10,000 units quadratic)
+    compute_ids = sorted(compute_ids, key=order.__getitem__)
     synced = {v for v, where in plan.state if "replicas" in where}
     instant = plan.sync.kind is SyncKind.INSTANT and role is Role.SCHEDULERS
     store = profile.store_s

@@ -40,7 +40,7 @@ from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
-from ray_adaptive.workload.scenario import Scenario, check_fields, scenario_from_dict
+from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable, scenario_from_dict
 from ray_adaptive.workload.generate import paper_tenants, policy_workload
 
 __all__ = ["Compilation", "compile_policy", "workload_window", "measured_profile"]
@@ -153,37 +153,80 @@ class Compilation:
         return "\n".join(out)
 
 
-def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int) -> tuple[NodeSpec, ...]:
+#: Bounds on what the compiler replays, so that no workload makes it run for hours: simulated seconds
+#: in the window (periodic heartbeats and syncs cost events however few tasks arrive), and node slots
+#: (a saturated start puts a task in each).
+MAX_SPAN_S = 10_000.0
+MAX_SLOTS = 100_000
+
+
+def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int,
+           resources: Optional[dict] = None) -> tuple[NodeSpec, ...]:
     sc = policy_workload(policy, paper_tenants(10.0), 0.01, nodes=n, executors=executors, queue=queue, seed=seed)
-    return scenario_from_dict({"nodes": sc["nodes"], "tasks": []}).nodes
+    nodes = scenario_from_dict({"nodes": sc["nodes"], "tasks": []}).nodes
+    return tuple(dataclasses.replace(x, resources=dict(resources)) for x in nodes) if resources else nodes
+
+
+def _check_cluster(nodes: int, executors: int, queue: int, window: int) -> None:
+    if window < 10:
+        raise ValueError(f"window must be at least 10 tasks, found {window}")
+    if nodes < 1 or executors < 1 or queue < 0:
+        raise ValueError(f"need nodes >= 1, executors >= 1, queue >= 0; found {nodes}, {executors}, {queue}")
+    if nodes * (executors + queue) > MAX_SLOTS:
+        raise ValueError(f"{nodes} nodes x ({executors} executors + {queue} queue places) is "
+                         f"{nodes * (executors + queue):,} slots, over the compiler's limit of {MAX_SLOTS:,}")
+
+
+def _check_span(span: float, tasks: int, how: str) -> None:
+    if span > MAX_SPAN_S:
+        shown = f"{span:,.0f}" if span < 1e12 else f"{span:.3g}"
+        raise ValueError(f"the window of {tasks} tasks spans {shown} simulated seconds, over the "
+                         f"compiler's limit of {MAX_SPAN_S:,.0f}: {how}")
+
+
+def _check_trace_window(chosen: Sequence[TaskSpec], rate: Optional[float], tasks: Sequence[TaskSpec]) -> None:
+    """A trace's window must take time to run, and not span too long to simulate."""
+    if sum(t.duration for t in tasks) <= 0:
+        raise ScenarioError("every task of the trace takes 0 s: the compiler needs durations to estimate "
+                            "the cluster's execution bound (executors / mean duration)")
+    span = chosen[-1].arrival - chosen[0].arrival
+    if rate is not None and span > 0:
+        span = (len(chosen) - 1) / rate  # (the window's arrivals are scaled to the rate)
+    _check_span(span, len(chosen), "give --rate to scale its arrivals")
 
 
 def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: Optional[float], nodes: int = 12,
-                    executors: int = 1, queue: int = 2, window: int = 600, seed: int = 0) -> tuple[Scenario, float]:
+                    executors: int = 1, queue: int = 2, window: int = 600, seed: int = 0,
+                    node_resources: Optional[dict] = None) -> tuple[Scenario, float]:
     """The scenario the compiler replays, and the arrival rate it offers.
 
     The last ``window`` tasks of ``tasks`` (arrivals re-based to start at 0
     and, with ``rate``, scaled to it; durations scaled so that their mean is
     the whole trace's -- a short window of a heavy-tailed trace would
-    otherwise offer a noisy load), on ``nodes`` nodes. Without tasks, the
-    paper's three tenants at ``rate``.
+    otherwise offer a noisy load), on ``nodes`` nodes, each with
+    ``node_resources`` (what the tasks' ``resources`` are fitted into; a task
+    no node could take is an error). Without tasks, the paper's three
+    tenants at ``rate``.
     """
-    if window < 10:
-        raise ValueError(f"window must be at least 10 tasks, found {window}")
-    if nodes < 1 or executors < 1 or queue < 0:
-        raise ValueError(f"need nodes >= 1, executors >= 1, queue >= 0; found {nodes}, {executors}, {queue}")
+    _check_cluster(nodes, executors, queue, window)
+    if rate is not None and not 0 < rate < math.inf:
+        raise ValueError(f"rate must be a finite number of tasks/s > 0, found {rate}")
     if tasks is None:
-        if rate is None or not rate > 0:
+        if rate is None:
             raise ValueError("give an arrival rate (tasks/s) or a trace to compile against")
+        _check_span(window / rate, window, "raise --rate or shrink --window")  # (before making the workload)
         sc = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
                              executors=executors, queue=queue, seed=seed)
         scenario = scenario_from_dict(sc)
+        if node_resources:
+            scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), scenario.tasks)
         chosen = scenario.tasks[-window:]
     else:
         if not tasks:
             raise ScenarioError("the trace has no tasks")
         chosen = sorted(tasks, key=lambda t: (t.arrival, t.id))[-window:]
-        scenario = Scenario(_nodes(policy, nodes, executors, queue, seed), ())
+        scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), ())
+        _check_trace_window(chosen, rate, tasks)
     t0 = chosen[0].arrival
     span = chosen[-1].arrival - t0
     offered = (len(chosen) - 1) / span if span > 0 else float("inf")
@@ -196,6 +239,7 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
                     for t in chosen)
     out = Scenario(scenario.nodes, rebased)
     check_fields(policy, out, "trace")
+    check_placeable(out, "trace", "; give the nodes resources (--node-resources '{\"CPU\": 4}')")
     return out, (rate if rate else offered)
 
 
@@ -234,6 +278,7 @@ def compile_policy(
     nodes: int = 12,
     executors: int = 1,
     queue: int = 2,
+    node_resources: Optional[dict] = None,
     profile: Optional[Profile] = None,
     measure: bool = True,
     space: PlanSpace = PlanSpace(),
@@ -249,7 +294,8 @@ def compile_policy(
     ``profile``: the latency model (default :class:`Profile`); ``measure``:
     time each unit on the interpreter (otherwise every unit costs
     ``profile.default_unit_s``, which makes the result machine-independent).
-    ``limit`` overrides the policy's ``[limit=...]``. ``workers``: replay the
+    ``limit`` overrides the policy's ``[limit=...]``. ``node_resources``:
+    every node's resources (what a trace's tasks ask for is fitted into them). ``workers``: replay the
     plans in that many processes (the same result, sooner on several cores);
     default: one per CPU, or 1 inside a worker process or a multi-threaded
     process (the replays fork). ``settle``: stop each plan's replay once its
@@ -260,7 +306,7 @@ def compile_policy(
     if workers is None:
         workers = default_workers()
     analysis = analyze(policy)
-    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed)
+    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed, node_resources)
     profile = profile or Profile()
     if measure:
         profile = measured_profile(analysis, scenario, profile)

@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Tuple
 from ray_adaptive.compiler.analysis import analyze
 from ray_adaptive.compiler.plans import enumerate_plans
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.files import read_text
 from ray_adaptive.plan import Architecture, Plan, SyncKind
 
 __all__ = ["select_plan"]
@@ -59,8 +60,13 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
     if plan.endswith(".json") or os.path.sep in plan:
         if not os.path.exists(plan):
             raise FileNotFoundError(f"plan file {plan!r} does not exist")
-        with open(plan) as f:
-            return _from_file(policy, json.load(f)), f"from {plan}"
+        try:
+            data = json.loads(read_text(plan, "plan"))  # (a FileError names the path and the cause)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"{plan}: not a plan file (invalid JSON: {err})") from None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{plan}: not a plan file: expected a JSON object, found {type(data).__name__}")
+        return _from_file(policy, data), f"from {plan}"
     plans, excluded = enumerate_plans(analyze(policy), nodes)
     if plan in {a.value for a in Architecture}:
         mine = [p for p in plans if p.architecture == plan]

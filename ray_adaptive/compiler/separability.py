@@ -169,6 +169,28 @@ def _split_product(e: ir.Binary) -> Optional[tuple[ir.Expr, ir.Expr]]:
     return prod(task), prod(node)
 
 
+#: How large the return value may grow once Score's locals are inlined, for the analyses below (which
+#: recurse on it): ``b = a + a; c = b + b; ...`` doubles it with each statement, ``a = a + 1`` deepens it.
+MAX_INLINED_NODES, MAX_INLINED_DEPTH = 10_000, 200
+
+
+def _within_bounds(e: ir.Expr) -> bool:
+    """Whether ``e`` -- a tree whose shared subtrees count once per use -- stays within the bounds above;
+    stops counting at the bound, so its cost is bounded too."""
+    stack, count = [(e, 0)], 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_INLINED_NODES or depth > MAX_INLINED_DEPTH:
+            return False
+        stack.extend((c, depth + 1) for c in ir.children(node))
+    return True
+
+
+_TOO_LARGE = (f"Score's return value, its locals inlined, is over {MAX_INLINED_NODES:,} operations or "
+              f"{MAX_INLINED_DEPTH} levels deep: too large to analyze")
+
+
 def _inlined_return(body: tuple[ir.Stmt, ...]) -> ir.Expr:
     """The return value of a straight-line body with every local replaced by its definition."""
     env: dict[str, ir.Expr] = {}
@@ -202,6 +224,8 @@ def separability(policy: ir.Policy, units: Optional[tuple[Unit, ...]] = None) ->
         return Separability(False, "", why=f"{u.id} (line {u.loc.line}) branches on `{format_expr(u.stmt.test)}`; "
                                            "only straight-line joint Scores are split into a task and a node part")
     ret = _inlined_return(body)
+    if not _within_bounds(ret):
+        return Separability(False, "", why=_TOO_LARGE)
     joint_text = format_expr(ret)
 
     terms = _add_terms(ret)
@@ -251,6 +275,8 @@ def score_split(policy: ir.Policy) -> Optional[ScoreSplit]:
     if any(isinstance(s, ir.If) for s in policy.score.body):
         return None
     ret = _inlined_return(policy.score.body)
+    if not _within_bounds(ret):
+        return None
     side = _side(ret)
     if side in (TASK, NODE):  # one-sided: nothing to combine, any numeric type
         return ScoreSplit(side, ret, None) if side == TASK else ScoreSplit(side, None, ret)

@@ -25,6 +25,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from ray_adaptive import files
+from ray_adaptive.dsl import limits
 from ray_adaptive.dsl.checker import check_policy
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.dsl.parser import parse_source
@@ -63,6 +65,10 @@ def policy_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def load_policy(name_or_path: str | os.PathLike) -> Policy:
-    """Load a policy from a path or by shipped name (e.g. ``"drf_lb"``)."""
+    """Load a policy from a path or by shipped name (e.g. ``"drf_lb"``); a file that cannot be read as
+    UTF-8 text is a FileError, one over the size limit a PolicyError (``docs/limits.md``)."""
     path = policy_path(name_or_path)
-    return parse_policy(path.read_text(), file=str(name_or_path) if Path(name_or_path).exists() else path.name)
+    file = str(name_or_path) if Path(name_or_path).exists() else path.name
+    data = files.read_bytes(path, "policy", limit=limits.MAX_POLICY_BYTES)  # (no more than the limit is read)
+    limits.check_file_size(data, file)
+    return parse_policy(files.decode(data, file, "policy"), file=file)

@@ -29,6 +29,13 @@ NODE_ATTRIBUTES: dict[str, Type] = {
 }
 
 
+#: What a node record holds besides its attributes (the NodeView of the interpreter): a Node field of
+#: that name would be shadowed by it in Score and the hooks, so the checker refuses one.
+NODE_HIDDEN: dict[str, str] = {
+    "load": "the node's tasks queued + running, which get_load(node) reads",
+}
+
+
 def _numeric_promote(types: Sequence[Type]) -> Type:
     return FLOAT if any(t.kind == "float" for t in types) else INT
 

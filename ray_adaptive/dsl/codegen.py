@@ -20,7 +20,7 @@ Example:
     def OnDispatch(task, node, state, now, num_nodes):
         _t0 = state['alloc']
         _t1 = _scalar_key(task.fields['tenant'])
-        _t0[_t1] = _fresh_to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3)
+        _map_set(_t0, _t1, _fresh_to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3), _k4)
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any, Callable, List
 import numpy as np
 
 from ray_adaptive.dsl import ir
-from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, TASK_ATTRIBUTES
-from ray_adaptive.dsl.values import (check_lengths, reduce_vec, scalar_key, to_state, vec_dtype, vec_item, vec_of,
-                                     vec_with, zero_value)
+from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, NODE_HIDDEN, TASK_ATTRIBUTES
+from ray_adaptive.dsl.values import (check_lengths, concat, map_set, reduce_vec, scalar_key, to_int, to_state,
+                                     vec_dtype, vec_item, vec_of, vec_with, zero_value)
 
 __all__ = ["compile_hook", "hook_source", "audit"]
 
@@ -45,7 +45,7 @@ __all__ = ["compile_hook", "hook_source", "audit"]
 Hook = Callable[[Any, Any, dict, float, int], None]
 
 _TASK_ATTRIBUTES = tuple(TASK_ATTRIBUTES)
-_NODE_ATTRIBUTES = (*NODE_ATTRIBUTES, "load")  # (get_load(node) reads node.load)
+_NODE_ATTRIBUTES = (*NODE_ATTRIBUTES, *NODE_HIDDEN)  # (get_load(node) reads node.load)
 _SCALAR_OF = {"int": "_int", "float": "_float", "bool": "_bool"}  # a field read as the lanes' dtype
 _ARITH = {"+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod"}
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
@@ -76,7 +76,7 @@ def _vec_op(fn, a, b, loc: ir.Loc):
 _RUNTIME = {
     "_vec": _vec, "_vec_item": vec_item, "_vec_with": vec_with, "_map_get": _map_get, "_vec_op": _vec_op,
     "_vec_of": vec_of, "_reduce_vec": reduce_vec, "_scalar_key": scalar_key, "_to_state": to_state,
-    "_fresh_to_state": _fresh_to_state,
+    "_fresh_to_state": _fresh_to_state, "_to_int": to_int, "_concat": concat, "_map_set": map_set,
     "_int": np.int64, "_float": np.float64, "_bool": np.bool_,
     "_add": operator.add, "_sub": operator.sub, "_mul": operator.mul, "_div": np.true_divide, "_mod": np.mod,
     "_not": np.logical_not, "_neg": np.negative, "_and": np.logical_and, "_or": np.logical_or,
@@ -107,13 +107,14 @@ class _Emitter:
         return getattr(self, "_" + type(e).__name__.lower())(e)
 
     def _const(self, e: ir.Const) -> str:
-        return self.const(e.value)
+        return self.const(to_int(e.value) if e.type.kind == "int" else e.value)
 
     def _local(self, e: ir.Local) -> str:
         return _local_name(e.name)
 
     def _stateref(self, e: ir.StateRef) -> str:
-        return f"state[{_identifier(e.name)!r}]"
+        slot = _state_slot(e.name)
+        return f"_to_int({slot})" if e.type.kind == "int" else slot  # (State holds Python ints)
 
     def _fieldref(self, e: ir.FieldRef) -> str:
         name = _identifier(e.name)
@@ -132,19 +133,26 @@ class _Emitter:
         base, key = self.expr(e.base), self.expr(e.key)
         if e.base.type.kind == "vec":
             return f"_vec_item({base}, {key}, {self.const(e.loc)})"
-        return f"_map_get({base}, {key}, {self.const(zero_value(e.type))})"
+        got = f"_map_get({base}, {key}, {self.const(zero_value(e.type))})"
+        return f"_to_int({got})" if e.type.kind == "int" else got
 
     def _unary(self, e: ir.Unary) -> str:
-        return f"{'_not' if e.op == 'not' else '_neg'}({self.expr(e.operand)})"
+        return f"{'_not' if e.op == 'not' else '_neg'}({self._number(e.operand, e.type)})"
+
+    def _number(self, e: ir.Expr, result: ir.Type) -> str:
+        """``e`` as an operand of arithmetic with a ``result`` of int type: a bool counts as an int64 0 or 1."""
+        if e.type == ir.BOOL and (result.kind == "int" or (result.kind == "vec" and result.elem.kind == "int")):
+            return self.const(to_int(e.value)) if isinstance(e, ir.Const) else f"_to_int({self.expr(e)})"
+        return self.expr(e)
 
     def _binary(self, e: ir.Binary) -> str:
-        left, right = self.expr(e.left), self.expr(e.right)
         if e.op in ("and", "or"):  # both sides evaluated, as on lanes
-            return f"_{e.op}({left}, {right})"
+            return f"_{e.op}({self.expr(e.left)}, {self.expr(e.right)})"
         if e.op in _COMPARE:
-            return f"({left} {e.op} {right})"
+            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
         if e.type == ir.STRING:
-            return f"({left} + {right})"
+            return f"_concat({self.expr(e.left)}, {self.expr(e.right)}, {self.const(e.loc)})"
+        left, right = self._number(e.left, e.type), self._number(e.right, e.type)
         fn = _ARITH[e.op]
         if e.left.type.kind == "vec" and e.right.type.kind == "vec":
             return f"_vec_op({fn}, {left}, {right}, {self.const(e.loc)})"
@@ -155,16 +163,18 @@ class _Emitter:
         if fn == "now":
             return "now"
         if fn == "num_nodes":
-            return "num_nodes"
+            return "_to_int(num_nodes)"
         if fn == "get_load":
             return self._fieldref(ir.FieldRef("node", "load", ir.INT))
+        if fn == "abs":  # (before the arguments are emitted: each is emitted once)
+            return f"_abs({self._number(e.args[0], e.type)})"
         args = [self.expr(a) for a in e.args]
         if fn in ("max", "min"):
             if len(args) == 1:
                 return f"_reduce_vec({fn!r}, {args[0]}, {self.const(e.loc)})"
             return f"_reduce(_{fn}, ({', '.join(args)},))"
         if fn == "len":
-            return f"_shape({args[0]})[-1]" if e.args[0].type.kind == "vec" else f"len({args[0]})"
+            return f"_to_int(_shape({args[0]})[-1])" if e.args[0].type.kind == "vec" else f"_to_int(len({args[0]}))"
         return f"{_UFUNC[fn]}({args[0]})"
 
     def _cond(self, e: ir.Cond) -> str:
@@ -212,7 +222,7 @@ class _Emitter:
             self.lines.append(f"{indent}{_local_name(target.name)} = {self.expr(value)}")
             return
         if isinstance(target, ir.StateRef):
-            self.lines.append(f"{indent}{self._stateref(target)} = {self._stored(value, target.type)}")
+            self.lines.append(f"{indent}{_state_slot(target.name)} = {self._stored(value, target.type)}")
             return
         # state[key] = value: the container and key first, then the value (the lanes' order)
         container, key = self.temp(), self.temp()
@@ -220,10 +230,10 @@ class _Emitter:
         self.lines.append(f"{indent}{key} = _scalar_key({self.expr(target.key)})")
         stored = self._stored(value, target.type)
         if target.base.type.kind == "vec":  # a vec is never changed in place: State gets a new one
-            self.lines.append(f"{indent}{self._stateref(target.base)} = _vec_with({container}, {key}, {stored}, "
+            self.lines.append(f"{indent}{_state_slot(target.base.name)} = _vec_with({container}, {key}, {stored}, "
                               f"{self.const(s.loc)})")
-        else:
-            self.lines.append(f"{indent}{container}[{key}] = {stored}")
+        else:  # (a map holds at most MAX_MAP_KEYS keys)
+            self.lines.append(f"{indent}_map_set({container}, {key}, {stored}, {self.const(s.loc)})")
 
 
 def _fresh(e: ir.Expr) -> bool:
@@ -232,14 +242,22 @@ def _fresh(e: ir.Expr) -> bool:
     return isinstance(e, (ir.Binary, ir.Unary, ir.Call, ir.VecLit))
 
 
+_ASCII_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _identifier(name: str) -> str:
-    if not name.isidentifier():  # the parser only makes identifiers; never paste anything else
+    if not _ASCII_NAME.fullmatch(name):  # the checker only lets ASCII identifiers through; never paste anything else
         raise ValueError(f"not an identifier: {name!r}")
     return name
 
 
 def _local_name(name: str) -> str:
     return "v_" + _identifier(name)
+
+
+def _state_slot(name: str) -> str:
+    """Where State variable ``name`` is, to read or assign."""
+    return f"state[{_identifier(name)!r}]"
 
 
 def _emit(hook: ir.Function) -> _Emitter:

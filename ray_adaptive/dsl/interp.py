@@ -24,6 +24,8 @@ Semantics pinned here (and in docs/language.md):
   the length of whatever it is combined with).
 * Vectors of different lengths in one operation raise PolicyRuntimeError.
 * ``and``/``or`` evaluate both sides (no side effects exist to skip).
+* ``int`` is 64-bit and wraps around; strings and State maps are bounded
+  (see :mod:`ray_adaptive.dsl.values`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ import numpy as np
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.codegen import compile_hook
-from ray_adaptive.dsl.values import (ARITH, as_vec_operand, check_lengths, is_array, reduce_vec, scalar_key, to_state,
-                                     vec_dtype, vec_item, vec_of, vec_with, zero_value)
+from ray_adaptive.dsl.values import (ARITH, as_vec_operand, check_lengths, compare_strings, concat, is_array, map_set,
+                                     reduce_vec, scalar_key, to_int, to_state, vec_dtype, vec_item, vec_of, vec_with,
+                                     zero_value)
 from ray_adaptive.errors import PolicyRuntimeError
 
 class TaskView(Protocol):
@@ -93,7 +96,7 @@ class _Compiler:
         return method(e)
 
     def _const(self, e: ir.Const):
-        v = e.value
+        v = to_int(e.value) if e.type.kind == "int" else e.value
         return lambda env: v
 
     def _local(self, e: ir.Local):
@@ -102,6 +105,8 @@ class _Compiler:
 
     def _stateref(self, e: ir.StateRef):
         name = e.name
+        if e.type.kind == "int":  # (held as a Python int: int64 for the arithmetic on it)
+            return lambda env: to_int(env.state[name])
         return lambda env: env.state[name]
 
     def _fieldref(self, e: ir.FieldRef):
@@ -171,10 +176,12 @@ class _Compiler:
         is_vec = vt.kind == "vec"
         loc = e.loc
 
+        one = to_int if vt.kind == "int" else (lambda x: x)
+
         def lookup(env):
             m, k = base(env), key(env)
             if isinstance(m, dict) and not is_array(k):
-                return m.get(scalar_key(k), zero)
+                return one(m.get(scalar_key(k), zero))
             if isinstance(m, dict):  # one map (State), a key per lane: the common case
                 shape = np.shape(k)
                 get = m.get
@@ -199,10 +206,19 @@ class _Compiler:
         return lookup
 
     def _unary(self, e: ir.Unary):
-        operand = self.expr(e.operand)
+        operand = self._number(self.expr(e.operand), e.operand.type, e.type)
         if e.op == "not":
             return lambda env: np.logical_not(operand(env))
         return lambda env: np.negative(operand(env))
+
+    @staticmethod
+    def _number(value, t: ir.Type, result: ir.Type):
+        """``value`` -- an operand's closure, of type ``t`` -- as an operand of arithmetic with a ``result``
+        of int type: a bool counts as an int64 0 or 1. (It takes the closure, not the operand's IR: compiling
+        an operand twice made a chain of n operators cost 2**n.)"""
+        if t == ir.BOOL and (result.kind == "int" or (result.kind == "vec" and result.elem.kind == "int")):
+            return lambda env: to_int(value(env))
+        return value
 
     _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
@@ -214,17 +230,16 @@ class _Compiler:
         if e.op in self._CMP:
             fn = self._CMP[e.op]
             if e.left.type == ir.STRING and e.right.type == ir.STRING:
-                return lambda env: _string_compare(fn, left(env), right(env))
+                return lambda env: compare_strings(fn, left(env), right(env))
             return lambda env: fn(left(env), right(env))
         fn = ARITH[e.op]
         lvec, rvec = e.left.type.kind == "vec", e.right.type.kind == "vec"
-        if e.type == ir.STRING:
-            return lambda env: _string_concat(left(env), right(env))
-        if not (lvec or rvec):
-            if e.type.kind == "int" and e.op == "%":
-                return lambda env: fn(left(env), right(env))
-            return lambda env: fn(left(env), right(env))
         loc = e.loc
+        if e.type == ir.STRING:
+            return lambda env: concat(left(env), right(env), loc)
+        left, right = self._number(left, e.left.type, e.type), self._number(right, e.right.type, e.type)
+        if not (lvec or rvec):
+            return lambda env: fn(left(env), right(env))
 
         def vec_op(env):
             a = as_vec_operand(left(env), lvec)
@@ -240,7 +255,7 @@ class _Compiler:
         if fn == "now":
             return lambda env: env.now
         if fn == "num_nodes":
-            return lambda env: env.num_nodes
+            return lambda env: to_int(env.num_nodes)
         if fn == "get_load":
             return self._fieldref(ir.FieldRef("node", "load", ir.INT))
         args = [self.expr(a) for a in e.args]
@@ -257,13 +272,15 @@ class _Compiler:
             return lambda env: np.sum(a(env), axis=-1)
         if fn == "len":
             if arg_types[0].kind == "vec":
-                return lambda env: np.shape(a(env))[-1]
+                return lambda env: to_int(np.shape(a(env))[-1])
 
             def map_len(env):
                 m = a(env)
-                return len(m) if isinstance(m, dict) else np.vectorize(len, otypes=[np.int64])(m)
+                return to_int(len(m)) if isinstance(m, dict) else np.vectorize(len, otypes=[np.int64])(m)
 
             return map_len
+        if fn == "abs":
+            a = self._number(a, e.args[0].type, e.type)
         ufunc = {"abs": np.abs, "sqrt": np.sqrt, "log": np.log}[fn]
         return lambda env: ufunc(a(env))
 
@@ -271,12 +288,15 @@ class _Compiler:
         test, then, orelse = self.expr(e.test), self.expr(e.then), self.expr(e.orelse)
         is_vec = e.type.kind == "vec"
 
+        loc = e.loc
+
         def cond(env):
             c = test(env)
             if not is_array(c):
                 return then(env) if c else orelse(env)
             a, b = then(env), orelse(env)
-            if is_vec:
+            if is_vec:  # (lanes hold one length: a lane's two branches must agree on it)
+                check_lengths(a, b, loc)
                 c = as_vec_operand(c, False)
             return np.where(c, a, b)
 
@@ -382,7 +402,7 @@ class _Compiler:
             if container_kind == "vec":
                 env.state[target.base.name] = vec_with(container, k, v, s.loc)
             else:
-                container[k] = v
+                map_set(container, k, v, s.loc)
 
         return assign_item
 
@@ -394,22 +414,6 @@ def _active(mask, done):
     if mask is None:
         return np.logical_not(done)
     return np.logical_and(mask, np.logical_not(done))
-
-
-def _string_compare(fn, a, b):
-    if is_array(a) or is_array(b):
-        a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
-        return np.fromiter((fn(x, y) for x, y in zip(a.flat, b.flat)), bool, a.size).reshape(a.shape)
-    return fn(a, b)
-
-
-def _string_concat(a, b):
-    if is_array(a) or is_array(b):
-        a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
-        out = np.empty(a.shape, dtype=object)
-        out.flat[:] = [x + y for x, y in zip(a.flat, b.flat)]
-        return out
-    return a + b
 
 
 _PROGRAMS: dict = {}  # id(policy) -> (policy, Score, hooks, State initialisers)
@@ -436,6 +440,11 @@ def _program(policy: ir.Policy) -> tuple:
     return program
 
 
+def _in(err: PolicyRuntimeError, function: str) -> PolicyRuntimeError:
+    """``err`` saying in which function of the policy it was raised (its message has the line)."""
+    return PolicyRuntimeError(f"{err} (in {function})")
+
+
 class Interpreter:
     """One running instance of a policy: its State, Score and hooks.
 
@@ -453,10 +462,14 @@ class Interpreter:
         self._score, self._hooks, inits = _program(policy)
         self.state: dict = {}
         empty = _Env((), (), {}, 0.0, num_nodes)
-        for d in policy.state:
-            self.state[d.name] = to_state(inits[d.name](empty), d.type) if d.init is not None else (
-                {} if d.type.kind == "map" else to_state(zero_value(d.type), d.type)
-            )
+        with np.errstate(all="ignore"):
+            try:
+                for d in policy.state:
+                    self.state[d.name] = to_state(inits[d.name](empty), d.type) if d.init is not None else (
+                        {} if d.type.kind == "map" else to_state(zero_value(d.type), d.type)
+                    )
+            except PolicyRuntimeError as err:
+                raise _in(err, "State") from None
 
     def score_matrix(self, tasks: Sequence[TaskView], nodes: Sequence[NodeView], now: float = 0.0) -> np.ndarray:
         """Score of every (task, node) pair as a float array of shape (len(tasks), len(nodes)).
@@ -468,7 +481,10 @@ class Interpreter:
             return np.empty(shape)
         env = _Env(tasks, nodes, self.state, now, self.num_nodes)
         with np.errstate(all="ignore"):
-            self._score(env, None)
+            try:
+                self._score(env, None)
+            except PolicyRuntimeError as err:
+                raise _in(err, "Score") from None
             out = np.empty(shape)
             out[...] = env.ret  # broadcast and cast to float in one step
         np.copyto(out, math.inf, where=np.isnan(out))
@@ -502,7 +518,10 @@ class Interpreter:
         if hook is None:
             return
         with np.errstate(all="ignore"):
-            hook(task, node, self.state, now, self.num_nodes)
+            try:
+                hook(task, node, self.state, now, self.num_nodes)
+            except PolicyRuntimeError as err:
+                raise _in(err, name) from None
 
 
 def argmin_pair(scores: np.ndarray) -> Optional[tuple[int, int]]:

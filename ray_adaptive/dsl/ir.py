@@ -60,28 +60,36 @@ class Type:
 
     def accepts(self, value: object) -> bool:
         """Whether a Python (JSON-like) value can stand for this type: numbers for
-        ``float`` (not bools), ``int`` (not bools), lists for vecs, dicts with
-        string keys for maps.
+        ``float`` (not bools, not NaN), 64-bit integers for ``int`` (not bools),
+        lists for vecs, dicts with string keys for maps.
 
         Example:
-            >>> vec(FLOAT).accepts([1, 2.5]), INT.accepts(True), STRING.accepts("a")
-            (True, False, True)
+            >>> vec(FLOAT).accepts([1, 2.5]), INT.accepts(True), STRING.accepts("a"), FLOAT.accepts(float("nan"))
+            (True, False, True, False)
         """
         k = self.kind
         if k == "string":
             return isinstance(value, str)
         if k == "bool":
             return isinstance(value, bool)
-        if k == "int":
-            return isinstance(value, int) and not isinstance(value, bool)
+        if k == "int":  # (int is 64-bit: see ray_adaptive.dsl.limits)
+            return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
         if k == "float":
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
+            return _is_float_value(value)
         if k == "vec":
             return isinstance(value, (list, tuple)) and all(self.elem.accepts(x) for x in value)
         if k == "map":
             key_ok = STRING.accepts if self.args[0].kind == "string" else INT.accepts
             return isinstance(value, dict) and all(key_ok(a) and self.args[1].accepts(b) for a, b in value.items())
         return False
+
+
+def _is_float_value(value: object) -> bool:
+    """A number a float can hold: not NaN (it compares false with everything, so no decision could use
+    it), not an integer too large to convert."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) < 2**1024 if isinstance(value, int) else value == value
 
 
 INT = Type("int")

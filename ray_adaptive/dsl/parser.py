@@ -8,16 +8,24 @@ a policy. Nothing is ever evaluated here: ``ast.parse`` only builds a tree,
 and the checker (stage 2) accepts a small whitelist of node kinds from it.
 
 Positions: every line and column reported is 1-based in the policy file.
+Lines end at ``\n``, ``\r\n`` or ``\r``, as for Python and editors (not at
+the other separators ``str.splitlines`` knows).
+
+Limits (:mod:`ray_adaptive.dsl.limits`): the file's size is checked first,
+every statement and declaration is counted, and each body or initial value
+is scanned before ``ast.parse`` sees it, then its tree's depth measured.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ray_adaptive.dsl import limits
 from ray_adaptive.dsl.ir import BOOL, FLOAT, INT, STRING, Loc, Type, map_of, vec
 from ray_adaptive.errors import PolicyError
 
@@ -233,6 +241,9 @@ def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
         if not num:
             cur.error(f"expected a number after 'limit=', found {cur.found()}")
         section.limit = float(num.group())
+        if not section.limit < math.inf:
+            cur.error(f"limit must be a finite number, found {num.group()}; leave [limit=...] out for no limit",
+                      cur.pos, kind="type")
         if section.limit < 1.0:
             cur.error(f"limit is a competitive ratio and must be >= 1, found {num.group()}", cur.pos, kind="type")
         cur.pos = num.end()
@@ -243,8 +254,9 @@ def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
     return section
 
 
-def _parse_decl(cur: _Cursor, section: Section) -> Decl:
+def _parse_decl(cur: _Cursor, section: Section, budget: limits.Budget) -> Decl:
     name_pos = cur.pos
+    budget.take(cur.line, name_pos + 1)
     name = cur.ident(f"a field name in {section.name}")
     cur.expect(":", f"after '{name}' (name: type)")
     typ = parse_type(cur)
@@ -273,16 +285,29 @@ def _syntax_error(err: SyntaxError, file: str, line0: int, col0: int) -> PolicyE
     return PolicyError(msg, file, line, col, "syntax")
 
 
-def _parse_expr(text: str, loc: Loc) -> ast.expr:
+def _parse(text: str, mode: str, file: str, line0: int, col0: int, budget: Optional[limits.Budget]) -> ast.AST:
+    """``ast.parse(text)`` within the limits, its positions moved to the file's (the text starts at
+    file line ``line0``, column ``col0 + 1``; each of its lines at that column)."""
+    limits.scan(text, file, line0, col0, budget)  # before the parser can recurse on it
     try:
-        tree = ast.parse(text.strip() + "\n", mode="eval")
+        tree = ast.parse(text, mode=mode)
     except SyntaxError as err:
-        raise _syntax_error(err, loc.file, loc.line, loc.col - 1) from None
-    _shift(tree, loc.line - 1, loc.col - 1 + (len(text) - len(text.lstrip())))
+        raise _syntax_error(err, file, line0, col0) from None
+    except (RecursionError, MemoryError):  # (the scan's bound keeps every policy we know of away from this)
+        raise limits.limit_error(f"too deeply nested for the parser; keep within the depth limit of "
+                                 f"{limits.MAX_DEPTH}", file, line0, col0 + 1) from None
+    _shift(tree, line0 - 1, col0)
+    return tree
+
+
+def _parse_expr(text: str, loc: Loc) -> ast.expr:
+    col0 = loc.col - 1 + (len(text) - len(text.lstrip()))
+    tree = _parse(text.strip() + "\n", "eval", loc.file, loc.line, col0, None)
+    limits.check_depth([tree.body], loc.file)
     return tree.body
 
 
-def _parse_body(lines: list[tuple[int, str]], section: Section, file: str) -> None:
+def _parse_body(lines: list[tuple[int, str]], section: Section, file: str, budget: limits.Budget) -> None:
     body_lines = [(n, s) for n, s in lines if s.strip()]
     if not body_lines:
         want = "a return statement" if section.name == "Score" else "a statement (or 'pass')"
@@ -298,25 +323,33 @@ def _parse_body(lines: list[tuple[int, str]], section: Section, file: str) -> No
                 file, n, lead + 1, "syntax",
             )
         text.append(s[indent:])
-    try:
-        tree = ast.parse("\n".join(text), mode="exec")
-    except SyntaxError as err:
-        raise _syntax_error(err, file, first_no, indent) from None
-    _shift(tree, first_no - 1, indent)
+    tree = _parse("\n".join(text), "exec", file, first_no, indent, budget)
+    limits.check_depth(tree.body, file)
     section.body = tree.body
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of ``text`` as Python and editors count them (``\n``, ``\r\n``, ``\r``)."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def parse_source(text: str, file: str = "<policy>") -> SourcePolicy:
     """Split ``text`` into sections and parse each; raise PolicyError on the first error."""
+    limits.check_file_size(text, file)
+    text = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark some editors write
+    budget = limits.Budget(file)
     sections: dict[str, Section] = {}
+    declared: dict[str, Decl] = {}  # this section's fields by name (a list made duplicates quadratic)
     current: Optional[Section] = None
     body: list[tuple[int, str]] = []
 
     def close() -> None:
         if current is not None and current.name in FUNCTION_PARAMS:
-            _parse_body(body, current, file)
+            _parse_body(body, current, file, budget)
 
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    lines = _lines(text)
+    for line_no, raw in enumerate(lines, start=1):
         if "\t" in raw[: len(raw) - len(raw.lstrip())]:
             raise PolicyError("tab in indentation; indent with spaces", file, line_no, raw.index("\t") + 1, "syntax")
         line = strip_comment(raw).rstrip()
@@ -329,6 +362,7 @@ def parse_source(text: str, file: str = "<policy>") -> SourcePolicy:
             current = _parse_header(_Cursor(line, file, line_no), sections)
             sections[current.name] = current
             body = []
+            declared = {}
             continue
         if current is None:
             col = len(line) - len(line.lstrip()) + 1
@@ -338,16 +372,17 @@ def parse_source(text: str, file: str = "<policy>") -> SourcePolicy:
         else:
             cur = _Cursor(line, file, line_no)
             cur.skip_ws()
-            decl = _parse_decl(cur, current)
-            for other in current.decls:
-                if other.name == decl.name:
-                    raise PolicyError(
-                        f"duplicate {current.name} field '{decl.name}' (first declared at line {other.loc.line})",
-                        file, decl.loc.line, decl.loc.col, "name",
-                    )
+            decl = _parse_decl(cur, current, budget)
+            other = declared.get(decl.name)
+            if other is not None:
+                raise PolicyError(
+                    f"duplicate {current.name} field '{decl.name}' (first declared at line {other.loc.line})",
+                    file, decl.loc.line, decl.loc.col, "name",
+                )
+            declared[decl.name] = decl
             current.decls.append(decl)
     close()
     if "Score" not in sections:
-        last = len(text.splitlines()) or 1
+        last = len(lines) or 1
         raise PolicyError("missing section 'Score(task, node):'; every policy needs a Score", file, last, 1, "section")
     return SourcePolicy(file, sections)

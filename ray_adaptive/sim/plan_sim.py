@@ -89,7 +89,7 @@ from ray_adaptive.sim.ratio import RatioSampler
 from ray_adaptive.sim.replication import HookRunner
 from ray_adaptive.sim.results import Metrics, SchedulerStats, SimResult
 from ray_adaptive.sim.servers import Server, assign_homes, build_servers
-from ray_adaptive.workload.scenario import Scenario, check_fields
+from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable
 
 __all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
 
@@ -115,6 +115,7 @@ class PlanSim:
                  validate: bool = True):
         if validate:
             check_fields(plan.policy, scenario, source)
+        check_placeable(scenario, source)  # (a task no node can take would keep the periodic events going forever)
         if deadline not in DEADLINES:
             raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
         if cr_every < 1:
@@ -185,14 +186,16 @@ class PlanSim:
         task's duration (the steady state of a busy executor), queued ones the
         full duration. They go through the policy's hooks like dispatched
         tasks (so DRF's allocations include them) and are left out of the
-        metrics.
+        metrics. A slot no task's resources fit into stays empty.
         """
         src = itertools.cycle(self.tasks)
         arch = self.arch
         i = 0
         for node in self.nodes:
             for slot in range(node.executors + node.queue):
-                t = next(src)
+                t = next((t for t in itertools.islice(src, len(self.tasks)) if node.fits(t)), None)
+                if t is None:
+                    break  # (what the node holds only grows while it fills: no later slot fits either)
                 d = t.spec.duration * (float(self.rng.uniform()) if slot < node.executors else 1.0)
                 warm = Task(dataclasses.replace(t.spec, id=f"~warm{i}", arrival=0.0, duration=d, timeout=math.inf))
                 i += 1

@@ -13,6 +13,14 @@ unlimited (``null`` also means unlimited), ``resources`` {}, ``fields`` {},
 ``submitter`` "" (the client that submitted it; decentralized plans receive a
 task at its submitter's scheduler -- the ideal scheduler ignores it).
 Every error names the entry (index and id) and the key.
+
+Numbers mean what they say or are refused: ``arrival`` and ``duration`` are
+finite and >= 0 (an infinite arrival never comes: a replay would wait for it,
+and print ``Infinity``, which is not JSON), ``timeout`` is >= 0 or unlimited,
+resources are finite and >= 0, ``executors`` and ``queue`` at most
+:data:`MAX_SLOTS`; a field's number is never NaN and an ``int`` field's fits
+64 bits. Unknown keys, at the top level too, are errors: a misspelt key would
+otherwise be silently ignored.
 """
 
 from __future__ import annotations
@@ -21,15 +29,19 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from ray_adaptive.dsl.ir import Policy, field_problem
 from ray_adaptive.errors import ScenarioError
+from ray_adaptive.files import read_text
 from ray_adaptive.workload import specs
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 
+_TOP_KEYS = {"nodes", "tasks"}
 _NODE_KEYS = {"id", "executors", "queue", "resources", "fields"}
 _TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields", "submitter"}
+#: The most executors, and the most queue places, a node may have (a simulated node keeps a slot each).
+MAX_SLOTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,10 @@ class Scenario:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: Any) -> bool:
+    return _is_number(v) and math.isfinite(v)
 
 
 class _Reader:
@@ -55,24 +71,21 @@ class _Reader:
                 self.fail(where, f"missing key '{key}'")
             return default
         v = entry[key]
-        ok = {
-            "string": isinstance(v, str),
-            "number": _is_number(v),
-            "count": isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-            "object": isinstance(v, dict),
-        }[kind]
         if key == "timeout" and v is None:
             return math.inf
-        if not ok:
-            want = {"string": "a string", "number": "a number", "count": "a non-negative integer", "object": "an object"}[kind]
+        ok, want = _KINDS[kind]
+        if not ok(v):
+            self.fail(where, f"'{key}' must be {want}, found {json.dumps(v)[:60]}")
+        in_range, want = _RANGES.get(kind, (None, ""))
+        if in_range is not None and not in_range(v):
             self.fail(where, f"'{key}' must be {want}, found {json.dumps(v)}")
         return v
 
     def resources(self, entry: dict, where: str) -> dict:
         res = self.get(entry, "resources", where, "object", {})
         for name, amount in res.items():
-            if not _is_number(amount) or amount < 0:
-                self.fail(where, f"resource '{name}' must be a non-negative number, found {json.dumps(amount)}")
+            if not _finite(amount) or amount < 0:
+                self.fail(where, f"resource '{name}' must be a finite number >= 0, found {json.dumps(amount)}")
         return {k: float(v) for k, v in res.items()}
 
     def entries(self, data: dict, key: str) -> list:
@@ -90,6 +103,24 @@ class _Reader:
             self.fail(where, f"unknown key '{unknown[0]}'; expected keys: {', '.join(sorted(allowed))}")
 
 
+# what each kind of value is, and how an error says it
+_KINDS = {
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "time": (_is_number, "a number"),
+    "timeout": (_is_number, "a number"),
+    "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SLOTS,
+              f"a non-negative integer (at most {MAX_SLOTS:,})"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+# the values a number of each kind may take
+_RANGES = {
+    "time": (lambda v: math.isfinite(v) and v >= 0, ">= 0 and finite (seconds)"),
+    "timeout": (lambda v: v >= 0, ">= 0 (seconds; null for none)"),
+}
+
+
 def _where(kind: str, i: int, entry: Any) -> str:
     ident = entry.get("id") if isinstance(entry, dict) else None
     return f"{kind}[{i}]" + (f" (id {json.dumps(ident)})" if ident is not None else "")
@@ -100,6 +131,7 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     r = _Reader(source)
     if not isinstance(data, dict):
         r.fail("top level", "expected an object with 'nodes' and 'tasks'")
+    r.check_keys(data, _TOP_KEYS, "top level")
     nodes, tasks, seen = [], [], set()
     for i, e in enumerate(r.entries(data, "nodes")):
         where = _where("nodes", i, e)
@@ -123,27 +155,30 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
         if tid in seen:
             r.fail(where, f"duplicate task id {json.dumps(tid)}")
         seen.add(tid)
-        arrival = float(r.get(e, "arrival", where, "number"))
-        duration = float(r.get(e, "duration", where, "number", specs.DEFAULT_DURATION))
-        timeout = float(r.get(e, "timeout", where, "number", specs.DEFAULT_TIMEOUT))
-        for key, v in (("arrival", arrival), ("duration", duration), ("timeout", timeout)):
-            if v < 0 or math.isnan(v):
-                r.fail(where, f"'{key}' must be >= 0, found {v}")
+        arrival = float(r.get(e, "arrival", where, "time"))
+        duration = float(r.get(e, "duration", where, "time", specs.DEFAULT_DURATION))
+        timeout = float(r.get(e, "timeout", where, "timeout", specs.DEFAULT_TIMEOUT))
         tasks.append(TaskSpec(tid, arrival, duration, timeout, r.get(e, "fields", where, "object", {}), r.resources(e, where),
                               r.get(e, "submitter", where, "string", "")))
     return Scenario(tuple(nodes), tuple(tasks))
 
 
 def load_scenario(path: "str | Path") -> Scenario:
-    """Read and validate a scenario JSON file."""
+    """Read and validate a scenario JSON file (a FileError if it cannot be read as UTF-8 text)."""
     path = Path(path)
+    text = read_text(path, "scenario")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ScenarioError(f"{path}:{err.lineno}:{err.colno}: invalid JSON: {err.msg}") from None
+    except RecursionError:  # (json recurses on nested lists and objects)
+        raise ScenarioError(f"{path}: invalid JSON: nested too deeply") from None
     return scenario_from_dict(data, str(path))
+
+
+# what a type's values are, for a field that does not hold one
+_MEANING = {"int": " (a 64-bit integer)", "float": " (a number, not NaN)",
+            "vec": " (a list of numbers, none NaN)", "map": " (an object)"}
 
 
 def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>") -> None:
@@ -160,4 +195,29 @@ def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>")
                 raise ScenarioError(f"{where}: unknown field '{name}'; policy {policy.name} declares: {have}")
             if what == "missing":
                 raise ScenarioError(f"{where}: missing field '{name}' ({t}) that policy {policy.name} needs")
-            raise ScenarioError(f"{where}: field '{name}' must be {t}, found {json.dumps(entry.fields[name])}")
+            raise ScenarioError(f"{where}: field '{name}' must be {t}{_MEANING.get(t.kind, '')}, "
+                                f"found {json.dumps(entry.fields[name])[:60]}")
+
+
+def unplaceable(tasks: "Sequence[TaskSpec]", nodes: "Sequence[NodeSpec]") -> "Optional[TaskSpec]":
+    """The first task whose resources no node has in all (none free is enough): it could never be placed."""
+    fits: dict = {}
+    for t in tasks:
+        if not t.resources:
+            continue
+        key = tuple(sorted(t.resources.items()))  # (tasks ask for a few distinct shapes: each checked once)
+        if key not in fits:
+            fits[key] = any(all(n.resources.get(r, 0.0) >= a - 1e-9 for r, a in t.resources.items()) for n in nodes)
+        if not fits[key]:
+            return t
+    return None
+
+
+def check_placeable(scenario: Scenario, source: str = "<scenario>", hint: str = "") -> None:
+    """Refuse a scenario with a task no node could ever take (a simulation would wait for it forever)."""
+    t = unplaceable(scenario.tasks, scenario.nodes)
+    if t is not None:
+        shapes = sorted({json.dumps(n.resources, sort_keys=True) for n in scenario.nodes})
+        have = ", ".join(shapes[:3]) + (", ..." if len(shapes) > 3 else "")
+        raise ScenarioError(f"{source}: task {json.dumps(t.id)} asks for {json.dumps(t.resources, sort_keys=True)}, "
+                            f"more than any node has (nodes have {have}): it could never be placed{hint}")

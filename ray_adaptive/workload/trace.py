@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ray_adaptive.errors import ScenarioError
+from ray_adaptive import files
 from ray_adaptive.workload import specs
 from ray_adaptive.workload.specs import TaskSpec
 
@@ -112,6 +113,8 @@ class _Decoder:
                 value = json.loads(v)
             except json.JSONDecodeError as err:
                 raise ScenarioError(f"{where()}: column '{self.column}': invalid JSON {v[:40]!r}: {err.msg}") from None
+            except RecursionError:  # (json recurses on nested lists)
+                raise ScenarioError(f"{where()}: column '{self.column}': JSON nested too deeply") from None
             items = value.values() if isinstance(value, dict) else value
             hit = self._seen[v] = (value, not any(isinstance(x, (list, dict)) for x in items))
         value, flat = hit
@@ -120,21 +123,24 @@ class _Decoder:
         return dict(value) if isinstance(value, dict) else list(value)
 
 
-def _number(v, where: str, column: str, default: float) -> float:
+def _number(v, where: str, column: str, default: float, finite: bool) -> float:
+    v = v.item() if hasattr(v, "item") else v  # (numpy scalars from pandas: shown as the numbers they are)
     if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
         return default
     try:
         x = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ScenarioError(f"{where}: column '{column}' must be a number, found {v!r}") from None
-    if x < 0 or math.isnan(x):
-        raise ScenarioError(f"{where}: column '{column}' must be >= 0, found {v!r}")
+    if x < 0 or math.isnan(x) or (finite and math.isinf(x)):
+        raise ScenarioError(f"{where}: column '{column}' must be >= 0{' and finite' if finite else ''}, found {v!r}")
     return x
 
 
-def _numbers(df, column: str, default: float, where) -> list:
+def _numbers(df, column: str, default: float, where, finite: bool = True) -> list:
     """A numeric column as floats (``default`` where empty), checked all at once; the first bad row is
-    reported as :func:`_number` reports it."""
+    reported as :func:`_number` reports it. ``finite``: infinity is refused too (an arrival at infinity
+    never comes, a replay would wait for it)."""
+    import numpy as np
     import pandas as pd
 
     if column not in df.columns:
@@ -143,27 +149,58 @@ def _numbers(df, column: str, default: float, where) -> list:
     x = pd.to_numeric(raw, errors="coerce")
     empty = raw.isna() | (raw.astype(str) == "") if raw.dtype == object else raw.isna()
     bad = (x.isna() & ~empty) | (x < 0)
+    if finite:
+        bad |= np.isinf(x.astype(float))
     if bad.any():
         i = int(bad.to_numpy().argmax())
-        _number(raw.iloc[i], where(i), column, default)  # raises, naming the row
+        _number(raw.iloc[i], where(i), column, default, finite)  # raises, naming the row
     return x.astype(float).fillna(default).tolist()
+
+
+def _resources(value, where) -> dict:
+    """A row's ``resources`` cell, decoded, as ``{name: amount}`` with finite amounts >= 0."""
+    if value in ("", None) or (isinstance(value, float) and math.isnan(value)):
+        return {}
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where()}: column 'resources' must be a JSON object, found {value!r}"[:200])
+    out = {}
+    for name, amount in value.items():
+        ok = isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < math.inf
+        if not ok:
+            raise ScenarioError(f"{where()}: column 'resources': '{name}' must be a finite number >= 0, "
+                                f"found {json.dumps(amount)[:40]}")
+        out[name] = float(amount)
+    return out
+
+
+def _read_table(path: Path, fmt: str):
+    """The trace file as a DataFrame; its errors (unreadable, not UTF-8, not a table) as one line."""
+    import io
+
+    import pandas as pd
+
+    data = files.read_bytes(path, "trace")
+    try:
+        if fmt == "csv":
+            text = files.decode(data, path, "trace")
+            return pd.read_csv(io.StringIO(text), dtype={"id": str, "submitter": str}, keep_default_na=False,
+                               na_values=[""])
+        return pd.read_parquet(io.BytesIO(data))
+    except ImportError as err:
+        raise ScenarioError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow): {err}") from None
+    except (ValueError, pd.errors.ParserError) as err:
+        raise ScenarioError(f"{path}: not a readable {fmt} trace: {str(err).splitlines()[0] if str(err) else err!r}") from None
+    except Exception as err:  # noqa: BLE001 -- pyarrow's own errors on a file that is not Parquet (ArrowException)
+        if fmt != "parquet":
+            raise
+        raise ScenarioError(f"{path}: not a readable parquet trace: {str(err).splitlines()[0] if str(err) else err!r}") from None
 
 
 def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
     """Read a CSV or Parquet trace into task specs, sorted by (arrival, id); errors name the row and column."""
-    import pandas as pd
-
     path = Path(path)
     fmt = _format(path)
-    if not path.exists():
-        raise ScenarioError(f"{path}: no such trace file")
-    try:
-        df = pd.read_csv(path, dtype={"id": str, "submitter": str}, keep_default_na=False, na_values=[""]) if fmt == "csv" \
-            else pd.read_parquet(path)
-    except ImportError as err:
-        raise ScenarioError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow): {err}") from None
-    except (ValueError, pd.errors.ParserError) as err:
-        raise ScenarioError(f"{path}: not a readable {fmt} trace: {str(err).splitlines()[0]}") from None
+    df = _read_table(path, fmt)
     for column in ("id", "arrival"):
         if column not in df.columns:
             raise ScenarioError(f"{path}: missing column '{column}'; a trace needs at least: id, arrival")
@@ -189,7 +226,7 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
         if math.isnan(a):
             raise ScenarioError(f"{where(i)}: column 'arrival' is empty")
     durations = _numbers(df, "duration", specs.DEFAULT_DURATION, where)
-    timeouts = _numbers(df, "timeout", math.inf, where)
+    timeouts = _numbers(df, "timeout", math.inf, where, finite=False)
     n = len(ids)
     resources_col = df["resources"].tolist() if "resources" in df.columns else [""] * n
     submitters = df["submitter"].tolist() if "submitter" in df.columns else [None] * n
@@ -198,11 +235,7 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
     out = []
     for i in range(n):
         at = lambda i=i: where(i)  # noqa: E731 -- formatted only for an error
-        resources = decode_resources(resources_col[i] or "", at)
-        if resources in ("", None) or (isinstance(resources, float) and math.isnan(resources)):
-            resources = {}
-        if not isinstance(resources, dict):
-            raise ScenarioError(f"{where(i)}: column 'resources' must be a JSON object, found {resources!r}")
+        resources = _resources(decode_resources(resources_col[i] or "", at), at)
         task_fields = {}
         for name, c, values, decode in fields:
             v = values[i]
@@ -212,7 +245,7 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
         sub = submitters[i]
         out.append(TaskSpec(
             id=ids[i], arrival=arrivals[i], duration=durations[i], timeout=timeouts[i],
-            fields=task_fields, resources={k: float(v) for k, v in resources.items()},
+            fields=task_fields, resources=resources,
             submitter="" if sub is None or (isinstance(sub, float) and math.isnan(sub)) else str(sub),
         ))
     out.sort(key=lambda t: (t.arrival, t.id))

@@ -1,0 +1,71 @@
+"""A killed ``ray-adaptive compile`` leaves no forked worker replaying on (issue 24).
+
+The compiler replays its plans in forked processes (:mod:`ray_adaptive.compiler.parallel`);
+killed with SIGKILL, the parent cannot stop them, so each must notice and exit by itself.
+Nothing here starts Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or (os.cpu_count() or 1) < 2,
+                                reason="needs /proc and two CPUs (the compiler forks one worker per extra CPU)")
+
+
+def _stat(pid: int):
+    """``(state, parent pid)`` of a process, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and (_stat(int(p.name)) or ("", 0))[1] == pid]
+
+
+def _alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")  # (a zombie has exited: only its exit status is left)
+
+
+def _wait_for(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_killing_compile_mid_run_leaves_no_worker():
+    compile_ = subprocess.Popen([sys.executable, "-m", "ray_adaptive", "compile", "drf_lb", "--rate", "700",
+                                 "--window", "20000", "--whole-window", "--no-measure"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        workers = _wait_for(lambda: _children(compile_.pid), timeout=8)
+        assert workers, "the compile forked no worker to kill"
+        time.sleep(0.3)  # (mid-replay)
+        assert all(_alive(w) for w in workers)
+        compile_.send_signal(signal.SIGKILL)
+        compile_.wait(timeout=5)
+        survivors = _wait_for(lambda: not any(_alive(w) for w in workers), timeout=3)
+        assert survivors, f"workers {[w for w in workers if _alive(w)]} outlived their killed parent"
+    finally:
+        if compile_.poll() is None:
+            compile_.kill()
+            compile_.wait()
+        for w in workers:  # (only if the test failed: this test's own workers)
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
