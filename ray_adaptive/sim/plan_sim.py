@@ -78,6 +78,7 @@ import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role
+from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.scoring import row_key, scoring_for
 from ray_adaptive.sim import metrics as M
@@ -91,7 +92,7 @@ from ray_adaptive.sim.results import Metrics, SchedulerStats, SimResult
 from ray_adaptive.sim.servers import Server, assign_homes, build_servers
 from ray_adaptive.workload.scenario import Scenario, check_fields
 
-__all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
+__all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics", "periodic_overload"]
 
 _FINISH, _SYNC = "finish", "sync"
 
@@ -119,6 +120,9 @@ class PlanSim:
             raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
         if cr_every < 1:
             raise ValueError(f"cr_every must be >= 1, found {cr_every}")
+        overloaded = periodic_overload(plan)
+        if overloaded:
+            raise ValueError(f"plan {plan.name!r} cannot run: {overloaded}")
         self.deadline = deadline
         self.plan = plan
         self.arch = plan.architecture
@@ -138,7 +142,8 @@ class PlanSim:
         # plan.policy's Score: the truth's, and the centralized and decentralized schedulers' decisions
         self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
         self.gp = PendingQueue(self._key)  # every task arrived, not yet dispatched nor dropped
-        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self._with_room, cr_every)
+        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self.cluster.with_room, lambda: self.cluster.free,
+                                  cr_every)
         self.hooks = HookRunner(plan, n, self._keys)
         self.placed_by: dict[str, str] = {}
         self.owner: dict[Task, Server] = {}  # scheduler that dispatched the task (gets its finish notification)
@@ -155,12 +160,13 @@ class PlanSim:
         self.central, self.locals = build_servers(plan, self.nodes, seed, self._key, self.scoring, task_key,
                                                   self._any_resources, self._history)
         if self.hooks.periodic:
-            self.hooks.start_store(self.locals[0].interp.state)
+            self.hooks.start_store(Interpreter(plan.policy, num_nodes=n).state)  # (every replica's initial State)
+            self.locals.on_made = self._first_tick
         self._keeps_state = self.arch is not Architecture.HYBRID or plan.local_state
-        self._all = ([self.central] if self.central else []) + self.locals
         # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
-        self._wakeable = [] if plan.load.kind is LoadKind.CACHED else [
-            s for s in self._all if s.role is Role.SCHEDULERS or self.arch is Architecture.CENTRALIZED]
+        self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
+        self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
+        self._ended_at = math.inf  # when the last task was resolved
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
             raise ValueError(f"warmup ({warmup} s) must end before the last arrival ({self.window[1]:.3f} s)")
@@ -173,9 +179,6 @@ class PlanSim:
         # task's timeout when it arrives: a heap of what is due soon, not of the whole scenario
         self._arrivals = iter(sorted(self.tasks, key=_arrival))
         self._next_arrival()
-        if self.hooks.periodic:
-            for s in self.locals:
-                self.loop.at(float(s.rng.uniform(0, plan.sync.period_s)), ARRIVAL, self._sync_tick, s)
 
     # ------------------------------------------------------------ building
     def _prefill(self) -> None:
@@ -238,12 +241,24 @@ class PlanSim:
 
     def _deliver(self, s: Server, task: Task) -> None:
         """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided)."""
+        self._rouse(s)
         s.received += 1
         s.pending.add(task)
         self.where[task] = s
         if s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED:
             self._run_hook(s, "OnArrival", task, None)
         self._kick(s)
+
+    def _notify(self, s: Server, task: Task) -> None:
+        """A finish notification reaches a scheduler's inbox."""
+        self._rouse(s)
+        s.inbox.append((_FINISH, task))
+        self._kick(s)
+
+    def _resolve(self) -> None:
+        self.unresolved -= 1
+        if self.unresolved <= 0:
+            self._ended_at = self.loop.now
 
     def _recv_cost(self, s: Server, task: Task) -> float:
         if self._paid.get(task) is s:
@@ -256,54 +271,98 @@ class PlanSim:
             if self.deadline == "dispatch" and (task in self.claimed or task in self.forwarded):
                 return  # a scheduler committed to it in time: it will be placed
             task.status = "dropped"
-            self.unresolved -= 1
+            self._resolve()
             self.gp.remove(task)
             s = self.where.pop(task, None)
             if s is not None:
                 s.pending.remove(task)
             if task in self.forwarded:  # hybrid: the selector counted it and ran OnDispatch
-                self.central.inbox.append((_FINISH, task))
-                self._kick(self.central)
+                self._notify(self.central, task)
         elif task.status == "queued" and self.deadline == "start":
             self.cluster.drop(task)
 
     def _on_leave(self, task: Task) -> None:
         self._history.record(task.node, self.loop.now)
         if task not in self.warm:
-            self.unresolved -= 1
+            self._resolve()
         self.hooks.run(self.truth, "OnFinish", task, task.node, self.loop.now)
         if self.arch is Architecture.DECENTRALIZED:
-            s = self.owner[task]
-            s.inbox.append((_FINISH, task))
-            self._kick(s)
+            self._notify(self.owner[task], task)
         else:
-            self.central.inbox.append((_FINISH, task))
-            self._kick(self.central)
+            self._notify(self.central, task)
             if self.arch is Architecture.HYBRID and self.plan.local_state:
-                s = self.owner[task]
-                s.inbox.append((_FINISH, task))
-                self._kick(s)
+                self._notify(self.owner[task], task)
         self._room_event()
+
+    def _block(self, s: Server) -> None:
+        """``s`` found no room: it waits (a probe or sample view retries when a slot frees)."""
+        s.blocked = True
+        if self._wakes_on_room and (s.role is Role.SCHEDULERS or self.arch is Architecture.CENTRALIZED):
+            self._blocked[s.order] = s
 
     def _room_event(self) -> None:
         """A slot freed: schedulers that found no room (probe/sample views) try again."""
-        for s in self._wakeable:
-            if s.blocked:
-                delay = float(s.rng.uniform(0.0, s.attempt_s))
-                self.loop.after(delay, DECIDE, self._wake, s)
+        for order in sorted(self._blocked):
+            s = self._blocked[order]
+            delay = float(s.rng.uniform(0.0, s.attempt_s))
+            self.loop.after(delay, DECIDE, self._wake, s)
 
     def _wake(self, s: Server) -> None:
         s.blocked = False
+        self._blocked.pop(s.order, None)
         self._kick(s)
+
+    # ------------------------------------------------- periodic State sync
+    #
+    # Each replica syncs every period, at its own phase. A replica with nothing
+    # to push, nothing to decide and nothing in its inbox would only pull: its
+    # rounds are then not simulated one by one (a thousand idle schedulers
+    # would cost ten thousand events a second) -- it goes *dormant*, and when
+    # something next reaches it, :meth:`_rouse` runs the rounds it skipped at
+    # once: each kept it busy for a sync and left it with the store as of that
+    # moment (:meth:`~ray_adaptive.sim.replication.HookRunner.store_at`), as if
+    # they had been simulated.
+
+    def _first_tick(self, s: Server) -> None:
+        """A scheduler used for the first time: dormant since before its first round."""
+        s.next_tick = float(s.rng.uniform(0, self.plan.sync.period_s))
 
     def _sync_tick(self, s: Server) -> None:
         if self.unresolved <= 0:
+            s.ticking = False
             return
+        idle = not (s.busy or s.inbox or s.pending or s.unpushed or s.sync_queued)
+        if idle:  # only a pull: dormant until something reaches it
+            s.ticking = False
+            return
+        s.next_tick = self.loop.now + self.plan.sync.period_s
         if not s.sync_queued:  # one sync catches up everything: a tick while one waits or runs adds nothing
             s.sync_queued = True
             s.inbox.append((_SYNC, None))
             self._kick(s)
-        self.loop.after(self.plan.sync.period_s, ARRIVAL, self._sync_tick, s)
+        self.loop.at(s.next_tick, ARRIVAL, self._sync_tick, s)
+
+    def _rouse(self, s: Server, until: Optional[float] = None) -> None:
+        """Run the sync rounds a dormant scheduler skipped, up to now (``until``: to the end of the run,
+        for its busy time only), and schedule its next."""
+        if s.ticking or not self.hooks.periodic or s.role is not Role.SCHEDULERS:
+            return
+        now = self.loop.now if until is None else until
+        period, t = self.plan.sync.period_s, s.next_tick
+        while t <= now:
+            w = s.work_time(s.costs.sync_s, t)
+            s.busy_s += w
+            if until is None:
+                if t + w > now:  # mid-sync now: it ends as a simulated one does
+                    s.busy = s.sync_queued = True
+                    self.loop.at(t + w, DECIDE, self._item_done, s, _SYNC, None)
+                else:
+                    self.hooks.pull(s.interp, self.hooks.store_at(t + w))
+            t = t + period
+        s.next_tick = t
+        if until is None:
+            s.ticking = True
+            self.loop.at(t, ARRIVAL, self._sync_tick, s)
 
     # ----------------------------------------------------------- scheduling
     def _kick(self, s: Server) -> None:
@@ -342,7 +401,7 @@ class PlanSim:
                 self._run_hook(s, "OnFinish", task, task.node)
         elif kind == _SYNC:
             s.sync_queued = False
-            self.hooks.push_pull(s.interp, s.unpushed)
+            self.hooks.push_pull(s.interp, s.unpushed, self.loop.now)
         self._step(s)
 
     # hybrid selector ------------------------------------------------------
@@ -376,8 +435,8 @@ class PlanSim:
         self._step(s)
 
     # decision attempt (centralized, decentralized, placement schedulers) ---
-    def _with_room(self) -> list[Node]:
-        return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
+    def _with_room(self) -> NodeSet:
+        return self.cluster.with_room()
 
     def _attempt(self, s: Server) -> None:
         s.attempts += 1
@@ -386,7 +445,7 @@ class PlanSim:
         pick = s.core.pick(s.candidates(self.plan, self.nodes, self._with_room, now), now)
         if pick is None:
             s.failed += 1
-            s.blocked = True
+            self._block(s)
             if s.view is not None:  # learn of room at the next heartbeat
                 nxt = s.view.next_round(now)
                 if s.wake_at < nxt:
@@ -436,7 +495,7 @@ class PlanSim:
         if s.view is not None:
             s.view.dispatched(node, now)
         if sample is not None:
-            self.ratio.record(sample)
+            self.ratio.record(sample, now)
             if self.settle is not None and len(self.ratio) % self.settle.batch == 0:
                 self._maybe_stop()
 
@@ -448,11 +507,31 @@ class PlanSim:
             self.loop.stop()
 
     # ------------------------------------------------------------------ run
+    def servers(self) -> list[Server]:
+        """The selector (if any) and the schedulers used so far."""
+        return ([self.central] if self.central else []) + self.locals.made()
+
     def run(self) -> SimResult:
         with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
             events = self.loop.run()
-        return SimResult(self.plan, self.tasks, [s.stats() for s in self._all], np.array(self.ratio.impl),
+        servers = self.servers()
+        for s in servers:  # the rounds dormant schedulers skipped before the run ended: their busy time
+            if not s.ticking:
+                self._rouse(s, until=min(self._ended_at, self.loop.now) - 1e-12)
+        return SimResult(self.plan, self.tasks, [s.stats() for s in servers], np.array(self.ratio.impl),
                          np.array(self.ratio.ideal), self.window, self.placed_by, events)
+
+
+def periodic_overload(plan: LoweredPlan) -> str:
+    """Why ``plan``'s schedulers could never finish a task -- their heartbeat rounds alone take longer than
+    the period -- or "" if they can."""
+    if plan.load.kind is not LoadKind.CACHED:
+        return ""
+    worst = max(plan.central.heartbeat_s, plan.local.heartbeat_s)
+    if worst >= plan.load.period_s:
+        return (f"a heartbeat round (every node's load report) keeps a scheduler busy {worst * 1e3:.3g} ms, "
+                f"longer than the {plan.load.period_s * 1e3:.3g} ms period")
+    return ""
 
 
 def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Callable, List, Optional, Sequence
 
 from ray_adaptive.dsl.interp import Interpreter
+from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.plan.queue import PendingQueue
 
 __all__ = ["RatioSampler"]
@@ -27,13 +28,14 @@ __all__ = ["RatioSampler"]
 class RatioSampler:
     """(S, S*) pairs for every ``every``-th decision, on the truth's State and the global pending queue."""
 
-    def __init__(self, truth: Interpreter, scoring, pending: PendingQueue, with_room: Callable[[], list],
-                 every: int = 1):
-        self.truth, self.scoring, self.pending, self._with_room = truth, scoring, pending, with_room
+    def __init__(self, truth: Interpreter, scoring, pending: PendingQueue, with_room: Callable[[], NodeSet],
+                 free: Callable[[], int], every: int = 1):
+        self.truth, self.scoring, self.pending, self._with_room, self._free = truth, scoring, pending, with_room, free
         self.every = every
         self._count = 0
         self.impl: List[float] = []
         self.ideal: List[float] = []
+        self.times: List[float] = []  # when each sample was taken
 
     def __len__(self) -> int:
         return len(self.impl)
@@ -56,18 +58,19 @@ class RatioSampler:
         if not heads or not cands:
             return None
         scores = self.scoring.scores(self.truth, heads, cands, now)
-        free = sum(x.slots - x.load for x in cands)
-        best = self.mth_best(scores.row_min(), [self.pending.count(h, decided_at) for h in heads], free)
+        best = self.mth_best(scores.row_min(), [self.pending.count(h, decided_at) for h in heads], self._free())
         row = self.pending.row_of(task, heads)
-        if row is not None and node in cands:
-            mine = scores.cell(row, cands.index(node))
+        j = cands.position(node)
+        if row is not None and j >= 0:
+            mine = scores.cell(row, j)
         else:
             mine = self.scoring.pair(self.truth, task, node, now)
         return mine, best
 
-    def record(self, pair: tuple[float, float]) -> None:
+    def record(self, pair: tuple[float, float], now: float) -> None:
         self.impl.append(pair[0])
         self.ideal.append(pair[1])
+        self.times.append(now)
 
     @staticmethod
     def mth_best(best_per_group: Sequence[float], counts: Sequence[int], free: int) -> float:
