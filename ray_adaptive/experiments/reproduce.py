@@ -205,7 +205,7 @@ def _sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, nam
         plan = space[name]
         r = simulate(lower(plan, analysis, profile, exp.nodes), sc, seed=seed, warmup=warmup, prefill=prefill,
                      cr_every=2)
-        m = r.metrics(cr_scale=comp.estimate(name).quality["scale"] if comp else None)
+        m = r.metrics()
         est = comp.estimate(name) if comp else estimate_cost(plan, analysis, profile, exp.nodes,
                                                             effective_parallelism(plan, sc, exp.nodes))
         row = {

@@ -111,7 +111,7 @@ class PlanSim:
     """
 
     def __init__(self, plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
-                 record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
+                 record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False,
                  cr_from: float = 0.0, source: str = "<scenario>", settle: Optional[M.Settle] = None,
                  validate: bool = True):
         if validate:
@@ -166,6 +166,7 @@ class PlanSim:
         # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
         self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
         self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
+        self._holders: set[Server] = set()  # servers with tasks in their pending queue
         self._ended_at = math.inf  # when the last task was resolved
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
@@ -173,7 +174,7 @@ class PlanSim:
         self._homes = assign_homes(self.tasks, len(self.locals)) if self.arch is Architecture.DECENTRALIZED else {}
         self.warm: set[Task] = set()
         if prefill and self.tasks:
-            self._prefill()
+            self._prefill(1.0 if prefill is True else float(prefill))
             self._history.reset()  # the prefilled loads are every view's first
         # arrivals are scheduled one at a time, each by the one before (ties in scenario order), and a
         # task's timeout when it arrives: a heap of what is due soon, not of the whole scenario
@@ -181,39 +182,48 @@ class PlanSim:
         self._next_arrival()
 
     # ------------------------------------------------------------ building
-    def _prefill(self) -> None:
-        """Start from a saturated cluster: every slot of every node holds a copy of a task of the scenario.
+    def _prefill(self, level: float = 1.0) -> None:
+        """Start from a busy cluster: slots hold copies of tasks of the scenario.
 
-        Running copies have a residual duration drawn uniformly from their
-        task's duration (the steady state of a busy executor), queued ones the
-        full duration. They go through the policy's hooks like dispatched
-        tasks (so DRF's allocations include them) and are left out of the
-        metrics.
+        ``level`` 1: every slot of every node (the steady state of an
+        overloaded cluster); below 1, that share of the executors, spread over
+        the nodes, and no queue (the steady state of a cluster executing that
+        share of its execution bound -- a plan whose schedulers carry less
+        than the nodes can run). Running copies have a residual duration drawn
+        uniformly from their task's duration (the steady state of a busy
+        executor), queued ones the full duration. They go through the
+        policy's hooks like dispatched tasks (so DRF's allocations include
+        them) and are left out of the metrics.
         """
+        if level >= 1:
+            slots = [(node, slot) for node in self.nodes for slot in range(node.executors + node.queue)]
+        else:
+            layers = max(n.executors for n in self.nodes)
+            slots = [(node, slot) for slot in range(layers) for node in self.nodes if slot < node.executors]
+            slots = slots[:int(round(level * len(slots)))]
         src = itertools.cycle(self.tasks)
         arch = self.arch
         i = 0
-        for node in self.nodes:
-            for slot in range(node.executors + node.queue):
-                t = next(src)
-                d = t.spec.duration * (float(self.rng.uniform()) if slot < node.executors else 1.0)
-                warm = Task(dataclasses.replace(t.spec, id=f"~warm{i}", arrival=0.0, duration=d, timeout=math.inf))
-                i += 1
-                self.warm.add(warm)
-                self.cluster.dispatch(warm, node)
-                self.hooks.run(self.truth, "OnDispatch", warm, node, self.loop.now)
-                if arch is Architecture.DECENTRALIZED:
-                    owner = self.locals[self._homes[t]]
-                    self._run_hook(owner, "OnDispatch", warm, node)
-                else:
-                    self._run_hook(self.central, "OnDispatch", warm, None if arch is Architecture.HYBRID else node)
-                    owner = self.central
-                    if arch is Architecture.HYBRID:
-                        self.outstanding += 1
-                        if self.plan.local_state:
-                            owner = self.locals[i % len(self.locals)]
-                            self._run_hook(owner, "OnDispatch", warm, node)
-                self.owner[warm] = owner
+        for node, slot in slots:
+            t = next(src)
+            d = t.spec.duration * (float(self.rng.uniform()) if slot < node.executors else 1.0)
+            warm = Task(dataclasses.replace(t.spec, id=f"~warm{i}", arrival=0.0, duration=d, timeout=math.inf))
+            i += 1
+            self.warm.add(warm)
+            self.cluster.dispatch(warm, node)
+            self.hooks.run(self.truth, "OnDispatch", warm, node, self.loop.now)
+            if arch is Architecture.DECENTRALIZED:
+                owner = self.locals[self._homes[t]]
+                self._run_hook(owner, "OnDispatch", warm, node)
+            else:
+                self._run_hook(self.central, "OnDispatch", warm, None if arch is Architecture.HYBRID else node)
+                owner = self.central
+                if arch is Architecture.HYBRID:
+                    self.outstanding += 1
+                    if self.plan.local_state:
+                        owner = self.locals[i % len(self.locals)]
+                        self._run_hook(owner, "OnDispatch", warm, node)
+            self.owner[warm] = owner
 
     def _run_hook(self, s: Server, name: str, task: Task, node) -> None:
         """Run a hook on a scheduler's own State (a hybrid's placements keep none unless their node part reads it)."""
@@ -244,6 +254,7 @@ class PlanSim:
         self._rouse(s)
         s.received += 1
         s.pending.add(task)
+        self._holders.add(s)
         self.where[task] = s
         if s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED:
             self._run_hook(s, "OnArrival", task, None)
@@ -276,6 +287,8 @@ class PlanSim:
             s = self.where.pop(task, None)
             if s is not None:
                 s.pending.remove(task)
+                if not s.pending:
+                    self._holders.discard(s)
             if task in self.forwarded:  # hybrid: the selector counted it and ran OnDispatch
                 self._notify(self.central, task)
         elif task.status == "queued" and self.deadline == "start":
@@ -443,6 +456,8 @@ class PlanSim:
         now = self.loop.now
         cost = s.attempt_s
         pick = s.core.pick(s.candidates(self.plan, self.nodes, self._with_room, now), now)
+        if not s.pending:
+            self._holders.discard(s)
         if pick is None:
             s.failed += 1
             self._block(s)
@@ -475,12 +490,13 @@ class PlanSim:
                     self._timeout(task)  # refused after its deadline: dropped
                 else:
                     s.pending.add(task)
+                    self._holders.add(s)
                     self.where[task] = s
         self._step(s)
 
     def _dispatch(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         now = self.loop.now
-        sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now)
+        sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now, self._deciders(s))
                   if self.record_cr and now >= self.cr_from else None)
         self.cluster.dispatch(task, node)
         self._history.record(node, now)
@@ -499,9 +515,16 @@ class PlanSim:
             if self.settle is not None and len(self.ratio) % self.settle.batch == 0:
                 self._maybe_stop()
 
+    def _deciders(self, s: Server) -> int:
+        """How many decisions the plan is making at once, as ``s`` makes one: its schedulers holding
+        tasks (decentralized), or its one task-picking scheduler."""
+        if self.arch is not Architecture.DECENTRALIZED:
+            return 1
+        return len(self._holders) + (0 if s in self._holders else 1)
+
     def _maybe_stop(self) -> None:
         """End the run here if the competitive ratio is settled; the metrics' window ends here too."""
-        if self.settle.done(self.ratio.impl, self.ratio.ideal):
+        if self.settle.done(self.ratio.impl, self.ratio.ideal, self.ratio.times, self.loop.now):
             self.stopped_at = self.loop.now
             self.window = (self.window[0], max(min(self.window[1], self.loop.now), self.window[0] + 1e-9))
             self.loop.stop()
@@ -511,15 +534,19 @@ class PlanSim:
         """The selector (if any) and the schedulers used so far."""
         return ([self.central] if self.central else []) + self.locals.made()
 
-    def run(self) -> SimResult:
+    def run(self, until: float = math.inf) -> SimResult:
+        """Run to the end (every task resolved), or to ``until`` (simulated seconds; the metrics' window
+        ends there too)."""
+        if until < self.window[1]:
+            self.window = (self.window[0], max(until, self.window[0] + 1e-9))
         with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
-            events = self.loop.run()
+            events = self.loop.run(until)
         servers = self.servers()
         for s in servers:  # the rounds dormant schedulers skipped before the run ended: their busy time
             if not s.ticking:
                 self._rouse(s, until=min(self._ended_at, self.loop.now) - 1e-12)
         return SimResult(self.plan, self.tasks, [s.stats() for s in servers], np.array(self.ratio.impl),
-                         np.array(self.ratio.ideal), self.window, self.placed_by, events)
+                         np.array(self.ratio.ideal), self.window, self.placed_by, events, np.array(self.ratio.times))
 
 
 def periodic_overload(plan: LoweredPlan) -> str:
@@ -535,8 +562,9 @@ def periodic_overload(plan: LoweredPlan) -> str:
 
 
 def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,
-             cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False, cr_from: float = 0.0,
-             source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True) -> SimResult:
+             cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False, cr_from: float = 0.0,
+             source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True,
+             until: float = math.inf) -> SimResult:
     """Run ``plan`` on ``scenario`` and return the result (deterministic for a seed).
 
     ``warmup``: seconds at the start left out of the metrics. ``cr_every``:
@@ -544,14 +572,16 @@ def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float
     a task's timeout bounds, its ``dispatch`` (default here: no work is
     wasted under overload) or its ``start`` (the replay's default); see
     :mod:`ray_adaptive.sim.model`. ``prefill``: start with every node slot
-    busy (the steady state of an overloaded cluster), see :meth:`PlanSim._prefill`.
+    busy (True: the steady state of an overloaded cluster), or that share of
+    the executors (a number below 1), see :meth:`PlanSim._prefill`.
     ``cr_from``: sample the competitive ratio only from this time on.
     ``settle``: stop as soon as the competitive ratio is settled (see
     :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
     ``validate``: check the tasks' fields against the policy first (the
-    compiler checked its window once, for every plan's replay).
+    compiler checked its window once, for every plan's replay). ``until``: stop
+    there (simulated seconds) rather than when every task is resolved.
     """
     with gc_paused():
         return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
                        deadline=deadline, prefill=prefill, cr_from=cr_from, source=source, settle=settle,
-                       validate=validate).run()
+                       validate=validate).run(until)

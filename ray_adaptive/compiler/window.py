@@ -1,0 +1,107 @@
+"""How much of a workload the compiler replays to estimate a plan's competitive ratio.
+
+A replay shows what a plan hides only if it lasts long enough for the hiding
+to happen. The window is sized in time, then in tasks, by whichever of these
+needs the most:
+
+* **periods** -- replicas synced every 100 ms do not diverge in 55 ms: the
+  sampled part of the replay covers ``periods`` of the plan's longest sync or
+  heartbeat period (each plan's replay may stop once it has covered its own,
+  see :attr:`WindowSize.after`);
+* **clients** -- a decentralized plan's k schedulers each see their clients'
+  tasks: the sampled part holds ``per_client`` tasks of every submitting client
+  (the ``k`` of the throughput formula);
+* **load** -- near or above the cluster's execution bound, queues take time to
+  reach their steady state: at ``rho`` = rate / capacity >= ``busy`` the replay
+  first runs a warm-up of one task timeout (the age at which an overloaded
+  backlog is shed; the replay starts with every slot busy), otherwise one third
+  of the window, as before;
+* **decisions** -- the sampled part holds ``min_samples`` decisions at the rate the cluster can
+  take (the rate, or its execution bound if lower), and the window ``min_tasks`` tasks in all.
+
+All of it costs replay time, so the window holds at most ``max_tasks`` tasks:
+the warm-up gives way first, then the sampled part (``capped`` says so).
+
+Example:
+    >>> w = window_size(rate=700, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+    >>> w.warm_s, round(w.sample_s, 3), w.tasks, w.capped
+    (1.0, 0.4, 980, False)
+    >>> w.why
+    '4 periods of 100 ms; the load (1.37x the execution bound) warms up for a task timeout'
+    >>> window_size(rate=100, capacity=510, periods_s=(), clients=5, timeout=1.0).tasks
+    600
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["WindowSize", "window_size", "plan_periods"]
+
+
+@dataclass(frozen=True)
+class WindowSize:
+    """A replay window: ``warm_s`` of warm-up then ``sample_s`` sampled; ``tasks`` at the rate."""
+
+    warm_s: float
+    sample_s: float
+    tasks: int
+    why: str  # what decided the sampled part's length
+    capped: bool = False  # max_tasks cut it short of what the rules ask
+
+    @property
+    def seconds(self) -> float:
+        return self.warm_s + self.sample_s
+
+    def after(self, period_s: float, periods: int) -> float:
+        """Simulated time before which a plan with this longest period may not stop sampling."""
+        return self.warm_s + min(self.sample_s, periods * period_s)
+
+    def as_dict(self) -> dict:
+        return {"warm_s": round(self.warm_s, 4), "sample_s": round(self.sample_s, 4), "tasks": self.tasks,
+                "why": self.why, "capped": self.capped}
+
+
+def plan_periods(plan) -> float:
+    """A plan's longest periodic step: its State sync or heartbeat period (0 if it has none)."""
+    return max(plan.sync.period_s, plan.load.period_s)
+
+
+def window_size(rate: float, capacity: float, periods_s: Sequence[float], clients: int, timeout: float,
+                min_tasks: int = 600, max_tasks: int = 30_000, periods: int = 4, per_client: int = 8,
+                min_samples: int = 200, busy: float = 0.9, warm_share: float = 1 / 3) -> WindowSize:
+    """The window for a workload offering ``rate`` tasks/s to a cluster executing ``capacity`` tasks/s
+    (see the module doc). ``periods_s``: the plans' sync and heartbeat periods; ``clients``: submitting
+    clients; ``timeout``: a task's timeout (s; inf: none)."""
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"the rate must be a positive number of tasks/s, found {rate}")
+    if min_samples > min_tasks:
+        min_tasks = min_samples
+    if min_tasks < 10 or max_tasks < min_tasks:
+        raise ValueError(f"need 10 <= min_tasks <= max_tasks, found {min_tasks} and {max_tasks}")
+    longest = max(periods_s, default=0.0)
+    needs = {
+        f"{periods} periods of {longest * 1e3:g} ms": periods * longest,
+        f"{per_client} tasks from each of {clients} clients": per_client * max(clients, 1) / rate,
+        f"{min_samples} decisions": min_samples / min(rate, capacity if capacity > 0 else rate),
+    }
+    why, sample = max(needs.items(), key=lambda kv: kv[1])
+    rho = rate / capacity if capacity > 0 else math.inf
+    if rho >= busy and math.isfinite(timeout) and timeout > 0:
+        warm = timeout
+        why += f"; the load ({rho:.2f}x the execution bound) warms up for a task timeout"
+    else:
+        warm = sample * warm_share / (1 - warm_share)
+    if (warm + sample) * rate < min_tasks:  # a short window: the rest is sampled
+        extra = min_tasks / rate - warm - sample
+        sample, warm = sample + extra * (1 - warm_share), warm + extra * warm_share
+        why = f"{min_tasks} tasks"
+    capped = False
+    if (warm + sample) * rate > max_tasks:
+        capped = True
+        room = max_tasks / rate
+        sample = min(sample, room)
+        warm = min(warm, room - sample)
+    return WindowSize(warm, sample, min(int(math.ceil((warm + sample) * rate)), max_tasks), why, capped)
