@@ -81,7 +81,8 @@ def test_non_mergeable_state_still_allows_store_per_decision():
 def test_every_shipped_policy_compiles_and_replays_every_plan(policy, rate):
     """Each plan the IR allows is replayed (round robin's hybrid once crashed: its selector ran a hook
     that reads the node), and every kept or dropped plan has its three estimates."""
-    c = compile_policy(load_policy(policy), rate=rate, window=60, profile=FIXED, measure=False, workers=1)
+    c = compile_policy(load_policy(policy), rate=rate, window=60, max_window=300, profile=FIXED, measure=False,
+                       workers=1)
     assert c.estimates and all(e.competitive_ratio >= 1.0 and e.throughput > 0 for e in c.estimates)
     assert c.choice.estimate in c.estimates
 
@@ -341,22 +342,22 @@ def test_compile_command_errors_are_one_line(args, message):
 
 
 def test_replays_in_several_processes_give_the_same_estimates():
-    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=w) for w in (1, 3))
+    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, max_window=400, measure=False, workers=w)
+                  for w in (1, 3))
     assert [e.as_dict() for e in one.estimates] == [e.as_dict() for e in three.estimates]
 
 
-@pytest.mark.parametrize("failing", ["scale", "replay"])
-def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch, failing):
-    job = estimates._job
+def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch):
+    replay = estimates._replay
 
     def flaky(args):
-        if args[0] == failing:
+        if args[-1] == "hybrid":
             raise ValueError("replay failed")
-        return job(args)
+        return replay(args)
 
-    monkeypatch.setattr(estimates, "_job", flaky)
+    monkeypatch.setattr(estimates, "_replay", flaky)
     with pytest.raises(ValueError, match="replay failed"):
-        compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=2)
+        compile_policy(load_policy("drf_lb"), rate=700, window=150, max_window=300, measure=False, workers=2)
 
 
 @pytest.mark.parametrize("rate", [120, 600, 900])

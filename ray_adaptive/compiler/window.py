@@ -11,11 +11,14 @@ needs the most:
 * **clients** -- a decentralized plan's k schedulers each see their clients'
   tasks: the sampled part holds ``per_client`` tasks of every submitting client
   (the ``k`` of the throughput formula);
-* **load** -- near or above the cluster's execution bound, queues take time to
-  reach their steady state: at ``rho`` = rate / capacity >= ``busy`` the replay
-  first runs a warm-up of one task timeout (the age at which an overloaded
-  backlog is shed; the replay starts with every slot busy), otherwise one third
-  of the window, as before;
+* **load** -- near the cluster's execution bound (``rho`` = rate / capacity
+  within ``knee`` of 1) queues drift for long before they settle: the replay
+  first runs a warm-up of one task timeout (the age at which a backlog is
+  shed). Elsewhere a few hundred milliseconds settle a replay that starts
+  from its plan's steady state (slots busy as its throughput keeps them;
+  the ratio's ideal decides as many tasks at once as the plan, so a backlog
+  matters once it holds a few tasks per tenant, not when it is full): the
+  warm-up is then a third of the window;
 * **decisions** -- the sampled part holds ``min_samples`` decisions at the rate the cluster can
   take (the rate, or its execution bound if lower), and the window ``min_tasks`` tasks in all.
 
@@ -23,11 +26,11 @@ All of it costs replay time, so the window holds at most ``max_tasks`` tasks:
 the warm-up gives way first, then the sampled part (``capped`` says so).
 
 Example:
-    >>> w = window_size(rate=700, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+    >>> w = window_size(rate=520, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
     >>> w.warm_s, round(w.sample_s, 3), w.tasks, w.capped
-    (1.0, 0.4, 980, False)
+    (1.0, 0.4, 728, False)
     >>> w.why
-    '4 periods of 100 ms; the load (1.37x the execution bound) warms up for a task timeout'
+    '4 periods of 100 ms; near the execution bound (1.02x), a warm-up of a task timeout'
     >>> window_size(rate=100, capacity=510, periods_s=(), clients=5, timeout=1.0).tasks
     600
 """
@@ -71,7 +74,7 @@ def plan_periods(plan) -> float:
 
 def window_size(rate: float, capacity: float, periods_s: Sequence[float], clients: int, timeout: float,
                 min_tasks: int = 600, max_tasks: int = 30_000, periods: int = 4, per_client: int = 8,
-                min_samples: int = 200, busy: float = 0.9, warm_share: float = 1 / 3) -> WindowSize:
+                min_samples: int = 200, knee: float = 0.15, warm_share: float = 1 / 3) -> WindowSize:
     """The window for a workload offering ``rate`` tasks/s to a cluster executing ``capacity`` tasks/s
     (see the module doc). ``periods_s``: the plans' sync and heartbeat periods; ``clients``: submitting
     clients; ``timeout``: a task's timeout (s; inf: none)."""
@@ -89,9 +92,9 @@ def window_size(rate: float, capacity: float, periods_s: Sequence[float], client
     }
     why, sample = max(needs.items(), key=lambda kv: kv[1])
     rho = rate / capacity if capacity > 0 else math.inf
-    if rho >= busy and math.isfinite(timeout) and timeout > 0:
+    if abs(rho - 1) <= knee and math.isfinite(timeout) and timeout > 0:
         warm = timeout
-        why += f"; the load ({rho:.2f}x the execution bound) warms up for a task timeout"
+        why += f"; near the execution bound ({rho:.2f}x), a warm-up of a task timeout"
     else:
         warm = sample * warm_share / (1 - warm_share)
     if (warm + sample) * rate < min_tasks:  # a short window: the rest is sampled

@@ -28,8 +28,11 @@ import numpy as np
 __all__ = ["NodeSet"]
 
 
-class NodeSet(Sequence):
-    """``nodes[idx[j]]`` for each ``j``, with ``loads[j]`` its load (``idx`` ascending)."""
+class NodeSet:
+    """``nodes[idx[j]]`` for each ``j``, with ``loads[j]`` its load (``idx`` ascending).
+
+    A sequence (length, items, iteration, ``index``, ``in``), not a :class:`collections.abc.Sequence`:
+    schedulers test for it at every decision, and an ABC makes every such test slow."""
 
     __slots__ = ("nodes", "idx", "loads")
 

@@ -11,6 +11,9 @@ from ray_adaptive.sim.events import FINISH, EventLoop
 from ray_adaptive.sim.model import Node, NodeSpec, Task
 
 
+SMALL = 32  # nodes up to which candidates are a plain list
+
+
 class Cluster:
     """Nodes that run dispatched tasks FIFO on their executors.
 
@@ -34,8 +37,11 @@ class Cluster:
         """Nodes that can take one more task (resource fit is checked per task)."""
         return [n for n in self.nodes if n.has_room]
 
-    def with_room(self) -> NodeSet:
-        """The nodes that can take one more task, with their loads."""
+    def with_room(self) -> "NodeSet | list[Node]":
+        """The nodes that can take one more task: a :class:`NodeSet` on a large cluster, a list on a
+        small one (a few nodes are scored faster one by one than through numpy)."""
+        if len(self.nodes) <= SMALL:
+            return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
         idx = np.flatnonzero(self.loads < self.slots)
         return NodeSet(self.nodes, idx, self.loads[idx])
 

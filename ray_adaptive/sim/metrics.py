@@ -164,10 +164,13 @@ def competitive_ratio(impl: Sequence[float], ideal: Sequence[float], scale: Opti
 # that as surely as five hundred, and the rest of the replay is wasted. So a
 # replay may stop once the mean is *settled*: once its interval at `z` (3:
 # 99.7%) lies clear of the limit, or is within `precision` (relative) of the
-# mean -- but not before `after` (simulated seconds: the replay must have
-# covered several of the plan's sync periods, see ray_adaptive.compiler.window)
-# nor before `min_batches` batches. Near the limit neither holds, and the
-# replay runs on to its end: then the interval says how sure the estimate is.
+# mean -- not before `min_batches` batches, and not before `after` (simulated
+# seconds: the replay must have covered several of the plan's sync periods,
+# see ray_adaptive.compiler.window) unless the interval lies clear *above*
+# the limit: what the early part of a replay hides -- replicas that have not
+# yet diverged -- only makes a plan look better than it is, so a plan
+# already out is out. Near the limit nothing holds, and the replay runs on
+# to its end: then the interval says how sure the estimate is.
 
 _T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
         15: 2.13, 20: 2.09, 30: 2.04}
@@ -243,7 +246,7 @@ class Settle:
              now: float = math.inf) -> bool:
         """Whether the decisions so far settle the mean ratio (the run's own score scale: the final one,
         the ideal scheduler's, is not known while plans replay side by side)."""
-        if now < self.after or len(impl) < self.batch * self.min_batches:
+        if len(impl) < self.batch * self.min_batches:
             return False
         r = decision_ratios(impl, ideal, score_scale(ideal))
         means = batch_means(r, None if times is None else np.asarray(times), self.batch,
@@ -251,5 +254,7 @@ class Settle:
         if means.size < self.min_batches:
             return False
         mean, half = mean_interval(means, z=self.z)
+        if now < self.after:  # replicas may not have diverged yet: only a ratio clear above the limit is sure
+            return self.limit is not None and mean - half > self.limit
         far = self.limit is not None and abs(mean - self.limit) > half
         return far or half <= self.precision * mean

@@ -168,6 +168,7 @@ class PlanSim:
         self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
         self._holders: set[Server] = set()  # servers with tasks in their pending queue
         self._ended_at = math.inf  # when the last task was resolved
+        self.events = 0  # events run so far
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
             raise ValueError(f"warmup ({warmup} s) must end before the last arrival ({self.window[1]:.3f} s)")
@@ -251,7 +252,8 @@ class PlanSim:
 
     def _deliver(self, s: Server, task: Task) -> None:
         """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided)."""
-        self._rouse(s)
+        if not s.ticking:
+            self._rouse(s)
         s.received += 1
         s.pending.add(task)
         self._holders.add(s)
@@ -262,7 +264,8 @@ class PlanSim:
 
     def _notify(self, s: Server, task: Task) -> None:
         """A finish notification reaches a scheduler's inbox."""
-        self._rouse(s)
+        if not s.ticking:
+            self._rouse(s)
         s.inbox.append((_FINISH, task))
         self._kick(s)
 
@@ -339,6 +342,7 @@ class PlanSim:
     def _first_tick(self, s: Server) -> None:
         """A scheduler used for the first time: dormant since before its first round."""
         s.next_tick = float(s.rng.uniform(0, self.plan.sync.period_s))
+        s.ticking = False
 
     def _sync_tick(self, s: Server) -> None:
         if self.unresolved <= 0:
@@ -355,27 +359,34 @@ class PlanSim:
             self._kick(s)
         self.loop.at(s.next_tick, ARRIVAL, self._sync_tick, s)
 
-    def _rouse(self, s: Server, until: Optional[float] = None) -> None:
-        """Run the sync rounds a dormant scheduler skipped, up to now (``until``: to the end of the run,
-        for its busy time only), and schedule its next."""
+    def _rouse(self, s: Server) -> None:
+        """Run the sync rounds a dormant scheduler skipped, up to now, and schedule its next."""
         if s.ticking or not self.hooks.periodic or s.role is not Role.SCHEDULERS:
             return
-        now = self.loop.now if until is None else until
+        now = self.loop.now
         period, t = self.plan.sync.period_s, s.next_tick
         while t <= now:
             w = s.work_time(s.costs.sync_s, t)
             s.busy_s += w
-            if until is None:
-                if t + w > now:  # mid-sync now: it ends as a simulated one does
-                    s.busy = s.sync_queued = True
-                    self.loop.at(t + w, DECIDE, self._item_done, s, _SYNC, None)
-                else:
-                    self.hooks.pull(s.interp, self.hooks.store_at(t + w))
+            if t + w > now:  # mid-sync now: it ends as a simulated one does
+                s.busy = s.sync_queued = True
+                self.loop.at(t + w, DECIDE, self._item_done, s, _SYNC, None)
+            else:
+                self.hooks.pull(s.interp, self.hooks.store_at(t + w))
             t = t + period
         s.next_tick = t
-        if until is None:
-            s.ticking = True
-            self.loop.at(t, ARRIVAL, self._sync_tick, s)
+        s.ticking = True
+        self.loop.at(t, ARRIVAL, self._sync_tick, s)
+
+    def _skipped_busy(self, s: Server, until: float) -> float:
+        """The busy time of the sync rounds a dormant scheduler skipped up to ``until``."""
+        if not self.hooks.periodic or s.role is not Role.SCHEDULERS:
+            return 0.0
+        busy, t = 0.0, s.next_tick
+        while t <= until:
+            busy += s.work_time(s.costs.sync_s, t)
+            t = t + self.plan.sync.period_s
+        return busy
 
     # ----------------------------------------------------------- scheduling
     def _kick(self, s: Server) -> None:
@@ -534,19 +545,31 @@ class PlanSim:
         """The selector (if any) and the schedulers used so far."""
         return ([self.central] if self.central else []) + self.locals.made()
 
+    def advance(self, until: float) -> int:
+        """Run the events up to ``until`` (simulated seconds); how many ran. A run may be advanced in
+        steps -- an epoch at a time, with something looking at it in between -- and then finished by
+        :meth:`run`."""
+        with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
+            n = self.loop.run(until)
+        self.events += n
+        return n
+
     def run(self, until: float = math.inf) -> SimResult:
         """Run to the end (every task resolved), or to ``until`` (simulated seconds; the metrics' window
         ends there too)."""
         if until < self.window[1]:
             self.window = (self.window[0], max(until, self.window[0] + 1e-9))
-        with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
-            events = self.loop.run(until)
+        self.advance(until)
+        return self.result()
+
+    def result(self) -> SimResult:
+        """What the run did so far."""
         servers = self.servers()
-        for s in servers:  # the rounds dormant schedulers skipped before the run ended: their busy time
-            if not s.ticking:
-                self._rouse(s, until=min(self._ended_at, self.loop.now) - 1e-12)
-        return SimResult(self.plan, self.tasks, [s.stats() for s in servers], np.array(self.ratio.impl),
-                         np.array(self.ratio.ideal), self.window, self.placed_by, events, np.array(self.ratio.times))
+        end = min(self._ended_at, self.loop.now) - 1e-12
+        # (the rounds dormant schedulers skipped so far: their busy time)
+        stats = [s.stats(extra_busy=0.0 if s.ticking else self._skipped_busy(s, end)) for s in servers]
+        return SimResult(self.plan, self.tasks, stats, np.array(self.ratio.impl), np.array(self.ratio.ideal),
+                         self.window, self.placed_by, self.events, np.array(self.ratio.times))
 
 
 def periodic_overload(plan: LoweredPlan) -> str:

@@ -67,7 +67,7 @@ class RatioSampler:
         best = self.mth_best(scores.row_min(), [self.pending.count(h, decided_at) for h in heads],
                              min(self._free(), deciders))
         row = self.pending.row_of(task, heads)
-        j = cands.position(node)
+        j = cands.position(node) if isinstance(cands, NodeSet) else (cands.index(node) if node in cands else -1)
         if row is not None and j >= 0:
             mine = scores.cell(row, j)
         else:

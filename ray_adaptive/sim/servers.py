@@ -49,11 +49,11 @@ class Server:
         self.unpushed: dict = {}
         self.sync_queued = False  # a periodic sync waits in the inbox or runs
         self.next_tick = math.inf  # periodic sync: the next round not yet run
-        self.ticking = False  # periodic sync: its next round is scheduled (else it is dormant, see PlanSim)
+        self.ticking = True  # its next sync round is scheduled, or it has none (else: dormant, see PlanSim)
 
-    def stats(self) -> SchedulerStats:
-        return SchedulerStats(self.name, self.role, self.busy_s, self.received, self.attempts, self.failed,
-                              self.bounces, self.decisions)
+    def stats(self, extra_busy: float = 0.0) -> SchedulerStats:
+        return SchedulerStats(self.name, self.role, self.busy_s + extra_busy, self.received, self.attempts,
+                              self.failed, self.bounces, self.decisions)
 
     def work_time(self, cost: float, now: float) -> float:
         """How long work of ``cost`` seconds starting ``now`` keeps this server busy: heartbeat rounds that

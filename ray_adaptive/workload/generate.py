@@ -282,7 +282,8 @@ def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: in
         for f in policy.task_fields:
             if f.name in given and ((f.name, f.type.kind) in (("tenant", "string"), ("resource_vec", "vec"))
                                     or f.name not in ("tenant", "resource_vec")):
-                fields[f.name] = given[f.name]
+                v = given[f.name]  # (a number written 1 where the field is a float: 1.0)
+                fields[f.name] = float(v) if f.type.kind == "float" and isinstance(v, int) and not isinstance(v, bool) else v
             else:
                 fields[f.name] = synthetic_value(f.type, f.name, rng, i)
         task["fields"] = fields
