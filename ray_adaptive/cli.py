@@ -222,11 +222,13 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
               help="Simulated seconds per run (default 3; with a rate over time, the workload file's or 20).")
 @click.option("--warmup", type=float, default=0.5, show_default=True, help="Seconds left out of each run's figures.")
 @click.option("--every", type=float, default=0.5, show_default=True, help="Epoch length, s, of a rate over time.")
+@click.option("--window", type=int, default=600, show_default=True,
+              help="The fewest tasks the compiler replays to choose a plan at each rate.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, duration, arrivals, durations, limit,
-             seconds, warmup, every, seed, out_dir, no_progress) -> None:
+             seconds, warmup, every, window, seed, out_dir, no_progress) -> None:
     """Simulate POLICY's plans on a workload: what each would deliver, and which the compiler would choose."""
     from ray_adaptive.experiments import simulate as S
 
@@ -235,6 +237,8 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
         _fail("error: give --workload or --tenants, not both")
     if nodes < 1 or executors < 1 or queue < 0:
         _fail(f"error: need --nodes >= 1, --executors >= 1, --queue >= 0; found {nodes}, {executors}, {queue}")
+    if window < 10:
+        _fail(f"error: --window must be at least 10 tasks, found {window}")
     try:
         exp, file_rate, file_seconds = S.build_experiment(policy, tenants=tenants, workload=workload, nodes=nodes,
                                                           executors=executors, queue=queue, duration=duration,
@@ -261,7 +265,7 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             secs = seconds or 3.0
             if warmup >= secs:
                 _fail(f"error: --warmup ({warmup} s) must be shorter than --seconds ({secs} s)")
-            rows = S.run_sweep(exp, names, given, secs, warmup, profile, seed=seed, progress=tick)
+            rows = S.run_sweep(exp, names, given, secs, warmup, profile, seed=seed, progress=tick, window=window)
             import pandas as pd
 
             pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
@@ -277,7 +281,8 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             click.echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
         else:
             secs = seconds or file_seconds or 20.0
-            timeline, totals = S.run_profile(exp, names, given, secs, profile, every=every, seed=seed, progress=tick)
+            timeline, totals = S.run_profile(exp, names, given, secs, profile, every=every, seed=seed, progress=tick,
+                                             window=window)
             import pandas as pd
 
             pd.DataFrame(timeline).to_csv(out / "timeline.csv", index=False)

@@ -125,10 +125,11 @@ def resolve_plans(policy: str, nodes: int, plans: Sequence[str]) -> list[str]:
 
 def run_sweep(exp: Experiment, plans: Sequence[str], rates: Sequence[float], seconds: float, warmup: float,
               profile: Profile, seed: int = 0, progress: Optional[Callable[[str], None]] = None,
-              workers: Optional[int] = None) -> list[dict]:
-    """Every plan at every rate, and the compiler's choice: :func:`~ray_adaptive.experiments.sweep.sweep`."""
+              workers: Optional[int] = None, window: int = 600) -> list[dict]:
+    """Every plan at every rate, and the compiler's choice: :func:`~ray_adaptive.experiments.sweep.sweep`
+    (``window``: the fewest tasks the compiler replays)."""
     return sweep(exp, rates, seconds, warmup, plans=list(plans), profile=profile, seed=seed, progress=progress,
-                 workers=workers)
+                 workers=workers, window=window)
 
 
 def format_choices(rows: Sequence[dict]) -> str:
@@ -151,7 +152,8 @@ def _fmt(x) -> str:
 
 def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, seconds: float, profile: Profile,
                 every: float = 0.5, seed: int = 0, progress: Optional[Callable[[str], None]] = None,
-                on_epoch: Optional[Callable[[Epoch, PlanSim], None]] = None) -> tuple[list[dict], list[dict]]:
+                on_epoch: Optional[Callable[[Epoch, PlanSim], None]] = None,
+                window: int = 600) -> tuple[list[dict], list[dict]]:
     """Every plan under a rate that changes over time, epoch by epoch (see the module doc for ``on_epoch``).
 
     Returns (timeline rows: one per epoch and plan; summary rows: one per plan, with the compiler's
@@ -164,9 +166,10 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
     policy = load_policy(exp.policy)
     for what, r in (("mean", mean), ("peak", peak)):
         if r > 0:
-            trace = exp.workload(r, trace_seconds(r, 600), seed=seed + 1).tasks
+            trace = exp.workload(r, trace_seconds(r, window), seed=seed + 1).tasks
             comp = compile_policy(policy, rate=r, trace=trace, nodes=exp.nodes, executors=exp.executors,
-                                  queue=exp.queue, profile=profile, measure=False, limit=exp.limit, seed=seed, workers=1)
+                                  queue=exp.queue, profile=profile, measure=False, limit=exp.limit, seed=seed,
+                                  window=window, workers=1)
             chosen[what] = comp.choice.estimate.plan.name
     timeline, totals = [], []
     for name in plans:
