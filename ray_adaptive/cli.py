@@ -122,10 +122,14 @@ def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
 @click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
 @click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
 @click.option("--trace", "trace_path", default=None, help="Workload trace (.csv or .parquet) to replay.")
-@click.option("--window", type=int, default=600, show_default=True, help="Tasks of the trace to replay (the first third warms up).")
+@click.option("--window", type=int, default=600, show_default=True,
+              help="The fewest tasks of the trace to replay (more when the plans' sync periods, the clients or a "
+                   "load near the execution bound need a longer window).")
 @click.option("--whole-window", is_flag=True,
               help="Replay every plan over the whole window (a more precise competitive ratio; by default a "
                    "replay stops once its ratio is settled against the limit).")
+@click.option("--replay-all", is_flag=True,
+              help="Replay every plan (by default only the plans whose competitive ratio can change the choice).")
 @click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
 @click.option("--headroom", type=float, default=0.1, show_default=True, help="Throughput margin over the rate.")
 @click.option("--profile", "profile_path", default=None, help="JSON file of latency-model parameters (see README).")
@@ -133,8 +137,8 @@ def demo(replay: bool, policy_name: str, every: float, nodes: int) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan file (one JSON object) instead of the report.")
 @click.option("--out", default=None, help="Also write the plan file (JSON) here.")
-def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, whole_window, limit, headroom, profile_path,
-             no_measure, seed, as_json, out) -> None:
+def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, whole_window, replay_all, limit, headroom,
+             profile_path, no_measure, seed, as_json, out) -> None:
     """Compile POLICY: its execution units, every plan with its estimates, and the chosen plan."""
     from ray_adaptive.compiler import Profile, compile_policy
     from ray_adaptive.workload.trace import read_trace
@@ -152,7 +156,8 @@ def compile_(policy: str, rate, nodes, executors, queue, trace_path, window, who
         tasks = read_trace(trace_path) if trace_path else None
         result = compile_policy(p, rate=rate, trace=tasks, nodes=nodes, executors=executors, queue=queue,
                                 profile=profile, measure=not no_measure, window=window, headroom=headroom,
-                                limit=limit, seed=seed, workers=os.cpu_count() or 1, settle=not whole_window)
+                                limit=limit, seed=seed, workers=os.cpu_count() or 1, settle=not whole_window,
+                                replay="all" if replay_all else "deciding")
     except RayAdaptiveError as err:
         _fail(f"error: {err}")
     except ValueError as err:

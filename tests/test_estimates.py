@@ -40,7 +40,7 @@ def test_a_plan_synced_every_100ms_is_replayed_over_several_periods():
 
 def test_the_compiled_window_covers_the_periods_and_the_replays_do_too():
     """100 nodes at 40% of their execution bound: 600 tasks would span 0.35 s, less than 4 sync periods."""
-    c = compile_policy(load_policy("drf_lb"), rate=1700, nodes=100, profile=FIXED, measure=False, workers=1,
+    c = compile_policy(load_policy("drf_lb"), rate=1700, nodes=100, profile=FIXED, measure=False, workers=1, replay="all",
                        space=PlanSpace(architectures=("decentralized",), sample_d=(2,), heartbeat_s=()))
     assert c.size.sample_s >= 0.4 and c.window.tasks[-1].arrival >= c.size.warm_s + 0.4 - 0.01
     end = c.window.tasks[-1].arrival
@@ -135,3 +135,13 @@ def test_a_weighted_policy_is_judged_against_its_weights():
     d = simulate(lower(plans["decentralized+store per decision"], a, FIXED, 12), sc, warmup=0.5, prefill=True)
     assert c.jfi > 0.97 and c.service["a"] == pytest.approx(1.0, abs=0.15)
     assert d.metrics().jfi < 0.85 < d.metrics(weights=None).jfi  # fair only by the shares it ignores
+
+
+@pytest.mark.parametrize("rate", [120, 900])
+def test_replaying_only_the_plans_that_decide_makes_the_same_choice(rate):
+    kw = dict(rate=rate, window=200, max_window=400, profile=FIXED, measure=False, workers=1)
+    lazy, full = (compile_policy(load_policy("drf_lb"), replay=r, **kw) for r in ("deciding", "all"))
+    assert lazy.choice.estimate.plan.name == full.choice.estimate.plan.name
+    skipped = [e for e in lazy.estimates if e.quality.get("skipped")]
+    assert skipped and all(math.isnan(e.competitive_ratio) for e in skipped)
+    assert all("not replayed" in lazy.choice.verdicts[e.plan.name].why for e in skipped)

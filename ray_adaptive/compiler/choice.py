@@ -39,7 +39,10 @@ from typing import Optional, Sequence
 
 from ray_adaptive.compiler.estimates import Estimate
 
-__all__ = ["Verdict", "Choice", "choose"]
+__all__ = ["Verdict", "Choice", "choose", "undecided", "SKIPPED"]
+
+#: Why a plan's ratio was not estimated (see :func:`undecided`).
+SKIPPED = "not replayed: its competitive ratio cannot change the choice"
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,11 @@ def _quality(e: Estimate, limit: Optional[float]) -> str:
     """``"ok"``, ``"at risk"``, or why the plan is out on quality."""
     if e.cannot_run:
         return f"cannot run: {e.cannot_run}"
-    cr = e.competitive_ratio
     if limit is None:
         return "ok"
+    if e.quality.get("skipped"):
+        return SKIPPED
+    cr = e.competitive_ratio
     if math.isnan(cr):
         return "competitive ratio not estimated"
     if cr > limit:
@@ -132,3 +137,55 @@ def choose(estimates: Sequence[Estimate], rate: Optional[float], limit: Optional
         why = f"no plan meets the limit {limit:g}; chosen for the best competitive ratio ({chosen.competitive_ratio:.2f})"
         verdicts[chosen.plan.name] = Verdict(False, why)
     return Choice(chosen, why, verdicts)
+
+
+def _known(e: Estimate) -> bool:
+    return bool(e.cannot_run) or "ci" in e.quality
+
+
+def undecided(estimates: Sequence[Estimate], rate: Optional[float], limit: Optional[float],
+              headroom: float = 0.1, tie: float = 0.05) -> list[Estimate]:
+    """The plans whose competitive ratio must still be estimated before :func:`choose` decides, the most
+    telling first; [] once no estimate still to come can change the choice.
+
+    Replays are the compiler's cost, and most plans' ratios cannot change the choice: a plan is
+    chosen for its latency among the plans that carry the rate, so only the carriers up to the
+    first one safely within the limit, and those within ``tie`` of its latency, matter; if none is,
+    the plans that do not carry the rate, by throughput, up to the first safely within the limit.
+    (Estimates with a ratio, or that cannot run, are known.)
+
+    Example:
+        >>> from ray_adaptive.compiler.plans import Plan
+        >>> from ray_adaptive.plan import LoadView, Sync
+        >>> def est(name, arch, lat, tp, ci=None):
+        ...     plan = Plan(name, arch, LoadView(), Sync(), 0, ())
+        ...     return Estimate(plan, (), lat, lat, 0.0, {}, 1.0, tp, ci[0] if ci else float("nan"), {"ci": ci} if ci else {})
+        >>> es = [est("C", "centralized", 2.5e-3, 400), est("D", "decentralized", 2.2e-3, 2000), est("H", "hybrid", 4e-3, 470)]
+        >>> [e.plan.name for e in undecided(es, rate=100, limit=1.2)]   # all carry 100/s: by latency
+        ['D', 'C', 'H']
+        >>> es[1] = est("D", "decentralized", 2.2e-3, 2000, [1.0, 1.01])
+        >>> [e.plan.name for e in undecided(es, rate=100, limit=1.2)]   # D is safe; C is 14% slower
+        []
+    """
+    if limit is None:
+        return []
+    need = rate * (1 + headroom) if rate else 0.0
+    runnable = [e for e in estimates if not e.cannot_run]
+    carriers = sorted((e for e in runnable if not rate or e.throughput >= need), key=lambda e: e.latency_s)
+    first = None
+    for i, e in enumerate(carriers):
+        if not _known(e):
+            return [x for x in carriers[i:] if not _known(x)]
+        if _quality(e, limit) == "ok":
+            first = e
+            break
+    if first is not None:
+        return [e for e in carriers if e.latency_s <= first.latency_s * (1 + tie) and not _known(e)]
+    others = sorted((e for e in runnable if e not in carriers),
+                    key=lambda e: (-round(e.throughput, 6), e.plan.complexity, e.latency_s))
+    for i, e in enumerate(others):
+        if not _known(e):
+            return [x for x in others[i:] if not _known(x)]
+        if _quality(e, limit) == "ok":
+            return []
+    return []

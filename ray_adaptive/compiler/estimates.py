@@ -195,7 +195,8 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
                      seed: int = 0, prefill: "bool | float" = False, limit: Optional[float] = None,
                      scale: Optional[float] = None, warm: "float | WindowSize" = 1 / 3, workers: int = 1,
                      settle: bool = True, periods: int = 4, rate: Optional[float] = None,
-                     capacity: Optional[float] = None) -> list[Estimate]:
+                     capacity: Optional[float] = None, deciding: bool = False, headroom: float = 0.1,
+                     tie: float = 0.05) -> list[Estimate]:
     """Replay ``window`` under every plan; fill in the competitive ratio (``scale``: one yardstick for all
     plans; default: each plan's own, see :func:`~ray_adaptive.sim.metrics.competitive_ratio`).
 
@@ -208,31 +209,47 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     sync or heartbeat period. ``workers`` > 1 replays in that many processes (the same result).
     Each replay starts from its plan's steady state: with ``rate`` and ``capacity`` (the cluster's
     execution bound), the slots its throughput keeps busy (:func:`busy_level`); else ``prefill``.
+    ``deciding``: replay only the plans whose ratio can change the choice at ``rate`` (with
+    ``headroom`` and ``tie``, see :func:`~ray_adaptive.compiler.choice.undecided`), a few at a time;
+    the others are marked as skipped.
     """
+    from ray_adaptive.compiler.choice import SKIPPED, undecided
+
     nodes = len(window.nodes)
     if isinstance(warm, WindowSize):
         cr_from, size = warm.warm_s, warm
     else:
         cr_from = window.tasks[int(len(window.tasks) * warm)].arrival if window.tasks and warm > 0 else 0.0
         size = WindowSize(cr_from, _end(window) - cr_from, len(window.tasks), "the window")
-    jobs, runnable = [], []
+    jobs: dict[str, tuple] = {}
+    current: dict[str, Estimate] = {}
     for e in estimates:
         lowered = lower(e.plan, analysis, profile, nodes)
-        if periodic_overload(lowered):
+        why = periodic_overload(lowered)
+        if why:
+            current[e.plan.name] = dataclasses.replace(e, competitive_ratio=math.nan, quality={"cannot_run": why})
             continue
+        current[e.plan.name] = e
         period = plan_periods(e.plan)
         rule = M.Settle(limit, batch_s=period / 2, after=size.after(period, periods)) if settle else None
         level = busy_level(rate, e.throughput, capacity) if capacity else prefill
-        jobs.append((lowered, window, seed, level, cr_from, rule, e.plan.architecture))
-        runnable.append(e)
-    raw = run_jobs(jobs, workers, _replay, _expected_cost)
-    results = {e.plan.name: _summarise(r, scale, limit) for e, r in zip(runnable, raw)}
-    out = []
-    for e in estimates:
-        r = results.get(e.plan.name)
-        if r is None:
-            why = periodic_overload(lower(e.plan, analysis, profile, nodes))
-            out.append(dataclasses.replace(e, competitive_ratio=math.nan, quality={"cannot_run": why}))
-        else:
-            out.append(dataclasses.replace(e, competitive_ratio=r["cr"]["mean"], quality=r["quality"]))
-    return out
+        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, e.plan.architecture)
+
+    def replay(names: list[str]) -> None:
+        raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)
+        for n, r in zip(names, raw):
+            got = _summarise(r, scale, limit)
+            current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
+
+    if not deciding:
+        replay(list(jobs))
+    else:
+        while True:
+            todo = [e.plan.name for e in undecided(list(current.values()), rate, limit, headroom, tie)]
+            if not todo:
+                break
+            replay(todo[:max(1, workers)])
+        for n in jobs:
+            if "ci" not in current[n].quality:
+                current[n] = dataclasses.replace(current[n], quality={"skipped": SKIPPED})
+    return [current[e.plan.name] for e in estimates]

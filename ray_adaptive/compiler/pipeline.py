@@ -277,6 +277,7 @@ def compile_policy(
     seed: int = 0,
     workers: Optional[int] = None,
     settle: bool = True,
+    replay: str = "deciding",
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
@@ -291,8 +292,13 @@ def compile_policy(
     process (the replays fork). ``settle``: stop each plan's replay once its
     competitive ratio is settled against the limit (False: replay the whole
     window, for a more precise ratio; see
-    :class:`~ray_adaptive.sim.metrics.Settle`).
+    :class:`~ray_adaptive.sim.metrics.Settle`). ``replay``: ``"deciding"``
+    replays only the plans whose ratio can change the choice (the others are
+    listed as not replayed, see :func:`~ray_adaptive.compiler.choice.undecided`);
+    ``"all"`` every plan (their ratios for a report or a figure).
     """
+    if replay not in ("deciding", "all"):
+        raise ValueError(f"replay must be 'deciding' or 'all', found {replay!r}")
     if window < 10:
         raise ValueError(f"window must be at least 10 tasks, found {window}")
     if workers is None:
@@ -323,7 +329,8 @@ def compile_policy(
     warm = dataclasses.replace(size, warm_s=min(size.warm_s, _end_of(scenario) / 3)) if len(scenario.tasks) < size.tasks \
         else size  # a trace shorter than the window: a third of it warms up
     estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, limit=limit, warm=warm,
-                                 workers=workers, settle=settle, rate=offered, capacity=capacity)
+                                 workers=workers, settle=settle, rate=offered, capacity=capacity,
+                                 deciding=replay == "deciding", headroom=headroom)
     choice = choose(estimates, offered, limit, headroom)
     return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice,
                        settle, size)

@@ -115,7 +115,7 @@ def run_point(point: Point, profile: Profile, window: int = 600, seed: int = 0, 
         trace = exp.workload(rate, trace_seconds(rate, window), seed=seed + 1).tasks
         comp = compile_policy(policy, rate=rate, trace=trace, nodes=exp.nodes, executors=exp.executors,
                               queue=exp.queue, profile=profile, measure=False, window=window, seed=seed, workers=1,
-                              limit=exp.limit)
+                              limit=exp.limit, replay="all")
         out.append(check_point(exp, rate, [r for r in rows if r["rate"] == rate], a, comp.limit, comp.estimates))
     return out
 

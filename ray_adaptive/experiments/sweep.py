@@ -177,7 +177,7 @@ def sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, name
         trace = exp.workload(rate, trace_seconds(rate, window, max_window), seed=seed + 1).tasks  # as a monitor records it
         comp = compile_policy(policy, rate=rate, trace=trace, nodes=exp.nodes, executors=exp.executors,
                               queue=exp.queue, profile=profile, measure=False, window=window, max_window=max_window,
-                              limit=exp.limit, seed=seed, workers=1)
+                              limit=exp.limit, seed=seed, workers=1, replay="all")
     chosen = comp.choice.estimate.plan.name if comp else None
     paper_choice = None
     if comp and all(n in space for n in PAPER_PLANS.values()):
