@@ -95,21 +95,29 @@ class Estimate:
         }
 
 
-def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int) -> float:
-    """k for the throughput formula: ``1 / max share`` of tasks entering one scheduler (decentralized)."""
+def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int, cache: Optional[dict] = None) -> float:
+    """k for the throughput formula: ``1 / max share`` of tasks entering one scheduler (decentralized).
+    ``cache``: a dict kept across the plans of one scenario (the shares depend on k alone)."""
     k = plan.k(nodes)
     if plan.architecture is not Architecture.DECENTRALIZED or not scenario.tasks:
         return float(k)
+    if cache is not None and k in cache:
+        return cache[k]
     homes: dict[str, int] = {}
-    count = np.zeros(k)
+    count = [0] * k
     rr = 0
     for t in sorted(scenario.tasks, key=lambda t: (t.arrival, t.id)):
         if t.submitter:
-            home = homes.setdefault(t.submitter, len(homes) % k)
+            home = homes.get(t.submitter)
+            if home is None:
+                home = homes[t.submitter] = len(homes) % k
         else:
             home, rr = rr % k, rr + 1
         count[home] += 1
-    return float(count.sum() / count.max())
+    out = float(sum(count) / max(count))
+    if cache is not None:
+        cache[k] = out
+    return out
 
 
 def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, parallelism: Optional[float] = None) -> Estimate:

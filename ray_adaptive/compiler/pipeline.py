@@ -41,10 +41,11 @@ from ray_adaptive.compiler.analysis import Analysis, analyze
 from ray_adaptive.compiler.window import WindowSize, plan_periods, window_size
 from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.errors import ScenarioError
+from ray_adaptive.sim.events import gc_paused
 from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 from ray_adaptive.workload.scenario import Scenario, check_fields, scenario_from_dict
-from ray_adaptive.workload.generate import paper_tenants, policy_workload
+from ray_adaptive.workload.generate import generated_scenario, paper_tenants, policy_workload
 
 __all__ = ["Compilation", "compile_policy", "workload_window", "measured_profile"]
 
@@ -198,7 +199,7 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
             raise ValueError("give an arrival rate (tasks/s) or a trace to compile against")
         sc = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
                              executors=executors, queue=queue, seed=seed)
-        scenario = scenario_from_dict(sc)
+        scenario = generated_scenario(sc)
         chosen = scenario.tasks[-window:]
     else:
         if not tasks:
@@ -299,6 +300,13 @@ def compile_policy(
     """
     if replay not in ("deciding", "all"):
         raise ValueError(f"replay must be 'deciding' or 'all', found {replay!r}")
+    with gc_paused():  # (a 1,000-node window is a few hundred thousand objects: collect once, at the end)
+        return _compile(policy, rate, trace, nodes, executors, queue, profile, measure, space, window, max_window,
+                        headroom, limit, seed, workers, settle, replay)
+
+
+def _compile(policy, rate, trace, nodes, executors, queue, profile, measure, space, window, max_window, headroom,
+             limit, seed, workers, settle, replay) -> Compilation:
     if window < 10:
         raise ValueError(f"window must be at least 10 tasks, found {window}")
     if workers is None:
@@ -323,8 +331,9 @@ def compile_policy(
     profile = profile or Profile()
     if measure:
         profile = measured_profile(analysis, scenario, profile)
-    estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes), effective_parallelism(p, scenario, len(scenario.nodes)))
-                 for p in plans]
+    shares: dict = {}
+    estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes),
+                               effective_parallelism(p, scenario, len(scenario.nodes), shares)) for p in plans]
     limit = policy.limit if limit is None else limit
     warm = dataclasses.replace(size, warm_s=min(size.warm_s, _end_of(scenario) / 3)) if len(scenario.tasks) < size.tasks \
         else size  # a trace shorter than the window: a third of it warms up

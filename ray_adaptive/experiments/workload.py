@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, policy_workload
+from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, generated_scenario, policy_workload
 from ray_adaptive.workload.rates import RateProfile, retime
 from ray_adaptive.workload.scenario import Scenario, check_fields, scenario_from_dict
 
@@ -103,7 +103,7 @@ class Experiment:
             tenants = self.tenants(1.0)
         else:
             tenants = self.tenants(rate)
-        return scenario_from_dict(policy_workload(policy, tenants, seconds, self.nodes, self.executors,
+        return generated_scenario(policy_workload(policy, tenants, seconds, self.nodes, self.executors,
                                                   self.queue, self.timeout, seed=seed, profile=profile))
 
     def _from_trace(self, policy, rate: float, seconds: float, seed: int, profile: Optional[RateProfile]) -> Scenario:

@@ -145,6 +145,7 @@ class PlanSim:
         self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self.cluster.with_room, lambda: self.cluster.free,
                                   cr_every)
         self.hooks = HookRunner(plan, n, self._keys)
+        self._on_arrival = any(h.name == "OnArrival" for h in plan.policy.hooks)
         self.placed_by: dict[str, str] = {}
         self.owner: dict[Task, Server] = {}  # scheduler that dispatched the task (gets its finish notification)
         self.where: dict[Task, Server] = {}  # scheduler holding the task in its pending queue
@@ -245,7 +246,8 @@ class PlanSim:
         self._next_arrival()
         if math.isfinite(task.spec.timeout):
             self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
-        self.hooks.run(self.truth, "OnArrival", task, None, self.loop.now)
+        if self._on_arrival:
+            self.hooks.run(self.truth, "OnArrival", task, None, self.loop.now)
         self.gp.add(task)
         s = self.central if self.arch is not Architecture.DECENTRALIZED else self.locals[self._homes[task]]
         self._deliver(s, task)
@@ -258,7 +260,7 @@ class PlanSim:
         s.pending.add(task)
         self._holders.add(s)
         self.where[task] = s
-        if s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED:
+        if self._on_arrival and (s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED):
             self._run_hook(s, "OnArrival", task, None)
         self._kick(s)
 

@@ -3,7 +3,8 @@
 * :func:`multi_tenant` -- Poisson tenants with rates (the replay demo's workload);
 * :func:`tenant_workload` -- :class:`Tenant` specs: Poisson or bursty arrivals,
   rate ratios, duration distributions, clients (submitters);
-* :func:`paper_workload` -- the HotNets'25 experiment at a given total rate.
+* :func:`paper_workload` -- the HotNets'25 experiment at a given total rate;
+* :func:`generated_scenario` -- one of these dicts as a :class:`~ray_adaptive.workload.scenario.Scenario`.
 
 Rates may change over time (steps, ramps, a diurnal sine, bursts): give a
 tenant, or the whole workload, a :class:`~ray_adaptive.workload.rates.RateProfile`.
@@ -12,6 +13,7 @@ tenant, or the whole workload, a :class:`~ray_adaptive.workload.rates.RateProfil
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -290,3 +292,19 @@ def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: in
     for i, node in enumerate(sc["nodes"]):
         node["fields"] = {f.name: synthetic_value(f.type, f.name, rng, i) for f in policy.node_fields}
     return sc
+
+
+def generated_scenario(d: dict):
+    """A scenario dict made here as a Scenario, without the checks a scenario file gets
+    (:func:`~ray_adaptive.workload.scenario.scenario_from_dict`): these are well formed by construction,
+    and a 1,000-node workload has hundreds of thousands of tasks."""
+    from ray_adaptive.workload.scenario import Scenario
+    from ray_adaptive.workload.specs import NodeSpec, TaskSpec
+
+    nodes = tuple(NodeSpec(n["id"], n.get("executors", 1), n.get("queue", 2), n.get("resources", {}),
+                           n.get("fields", {})) for n in d["nodes"])
+    inf = math.inf
+    tasks = tuple(TaskSpec(t["id"], float(t["arrival"]), float(t["duration"]),
+                           inf if t.get("timeout") is None else float(t["timeout"]), t["fields"], {},
+                           t.get("submitter", "")) for t in d["tasks"])
+    return Scenario(nodes, tasks)
