@@ -29,9 +29,9 @@ FRACTIONS = (0.4, 0.78, 0.9, 0.97, 1.1, 1.25, 1.6)
 
 def points(smoke: bool) -> list[Point]:
     if smoke:
-        return [Point(WORKLOADS[0], (0.4, 1.6), seconds=1.6, warmup=0.6),
-                Point(WEIGHTED, (1.5,), seconds=1.6, warmup=0.6),
-                Point(scaled_paper(200), (1.27,), seconds=1.0, warmup=0.5)]
+        return [Point(WORKLOADS[0], (0.4, 1.6), seconds=1.2, warmup=0.4),
+                Point(WEIGHTED, (1.5,), seconds=1.2, warmup=0.4),
+                Point(scaled_paper(50), (1.27,), seconds=0.8, warmup=0.3)]
     return ([Point(exp, FRACTIONS) for exp in WORKLOADS]
             + [Point(scaled_paper(50), (0.4, 0.9, 1.1, 1.6)),
                Point(scaled_paper(200), (0.4, 0.9, 1.27, 1.6), seconds=2.5),
@@ -41,7 +41,7 @@ def points(smoke: bool) -> list[Point]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke-test", action="store_true", help="3 small points, short runs")
+    ap.add_argument("--smoke-test", action="store_true", help="4 small points, short runs")
     ap.add_argument("--only", default=None, help="run only the workloads whose name contains this")
     ap.add_argument("--out", default=None, help="write every point's record to this JSON file")
     ap.add_argument("--markdown", default=None, help="write the table to this Markdown file")

@@ -52,8 +52,21 @@ def _runtime(d):
                                              "decision_p50_us", "driver_cpu_us_per_task_policy")), r
 
 
+def _check_estimates(d):
+    s = d["summary"]
+    assert s["points"] == len(d["points"]) > 0 and 0 <= s["agree"] <= s["points"]
+    for p in d["points"]:
+        assert {r["role"] for r in p["plans"]} >= {"chosen"} and p["best"]
+
+
+def _scale(d):
+    assert all(_positive(r["wall_s_median"]) and r["choice"] for r in d["compile"])
+    assert all(_positive(x["events_per_s"]) and x["phases"] for x in d["ramp"]["plans"].values())
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
-          "bench_resources": _resources, "bench_runtime": _runtime}
+          "bench_resources": _resources, "bench_runtime": _runtime, "check_estimates": _check_estimates,
+          "bench_scale": _scale}
 
 
 def _release_tests() -> list:

@@ -15,7 +15,7 @@
    limit at all: the one with the best competitive ratio.
 
 Example:
-    >>> from ray_adaptive.compiler.estimates import Estimate
+    >>> from ray_adaptive.compiler.estimates import SKIPPED, Estimate
     >>> from ray_adaptive.compiler.plans import Plan
     >>> from ray_adaptive.plan import LoadView, Sync
     >>> def est(arch, lat, tp, cr, ci=None):
@@ -37,12 +37,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ray_adaptive.compiler.estimates import Estimate
+from ray_adaptive.compiler.estimates import SKIPPED, Estimate
 
-__all__ = ["Verdict", "Choice", "choose", "undecided", "SKIPPED"]
-
-#: Why a plan's ratio was not estimated (see :func:`undecided`).
-SKIPPED = "not replayed: its competitive ratio cannot change the choice"
+__all__ = ["Verdict", "Choice", "choose", "undecided"]
 
 
 @dataclass(frozen=True)

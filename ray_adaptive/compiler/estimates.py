@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
 __all__ = ["Step", "Estimate", "estimate_cost", "estimate_quality", "effective_parallelism", "ideal_plan",
-           "busy_level"]
+           "busy_level", "SKIPPED"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,10 @@ def _end(window: Scenario) -> float:
     return max((t.arrival for t in window.tasks), default=0.0) + 1e-9
 
 
+#: Why a plan's ratio was not estimated (see ``deciding`` in :func:`estimate_quality`).
+SKIPPED = "not replayed: its competitive ratio cannot change the choice"
+
+
 def _replay(args) -> dict:
     """One plan's replay, reduced to what its estimates need (runs in a worker process when the compiler fans out).
 
@@ -203,8 +207,8 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
                      seed: int = 0, prefill: "bool | float" = False, limit: Optional[float] = None,
                      scale: Optional[float] = None, warm: "float | WindowSize" = 1 / 3, workers: int = 1,
                      settle: bool = True, periods: int = 4, rate: Optional[float] = None,
-                     capacity: Optional[float] = None, deciding: bool = False, headroom: float = 0.1,
-                     tie: float = 0.05) -> list[Estimate]:
+                     capacity: Optional[float] = None,
+                     deciding: Optional[Callable[[list], list]] = None) -> list[Estimate]:
     """Replay ``window`` under every plan; fill in the competitive ratio (``scale``: one yardstick for all
     plans; default: each plan's own, see :func:`~ray_adaptive.sim.metrics.competitive_ratio`).
 
@@ -217,12 +221,10 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     sync or heartbeat period. ``workers`` > 1 replays in that many processes (the same result).
     Each replay starts from its plan's steady state: with ``rate`` and ``capacity`` (the cluster's
     execution bound), the slots its throughput keeps busy (:func:`busy_level`); else ``prefill``.
-    ``deciding``: replay only the plans whose ratio can change the choice at ``rate`` (with
-    ``headroom`` and ``tie``, see :func:`~ray_adaptive.compiler.choice.undecided`), a few at a time;
-    the others are marked as skipped.
+    ``deciding``: replay only the plans this names, given the estimates so far, until it names none
+    (:func:`~ray_adaptive.compiler.choice.undecided`: the plans whose ratio can still change the
+    choice), a few at a time; the others are marked as skipped (:data:`SKIPPED`).
     """
-    from ray_adaptive.compiler.choice import SKIPPED, undecided
-
     nodes = len(window.nodes)
     if isinstance(warm, WindowSize):
         cr_from, size = warm.warm_s, warm
@@ -249,11 +251,11 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
             got = _summarise(r, scale, limit)
             current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
 
-    if not deciding:
+    if deciding is None:
         replay(list(jobs))
     else:
         while True:
-            todo = [e.plan.name for e in undecided(list(current.values()), rate, limit, headroom, tie)]
+            todo = [e.plan.name for e in deciding(list(current.values())) if e.plan.name in jobs]
             if not todo:
                 break
             replay(todo[:max(1, workers)])

@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ray_adaptive.compiler.choice import Choice, choose
+from ray_adaptive.compiler.choice import Choice, choose, undecided
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
 from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
@@ -339,7 +339,8 @@ def _compile(policy, rate, trace, nodes, executors, queue, profile, measure, spa
         else size  # a trace shorter than the window: a third of it warms up
     estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, limit=limit, warm=warm,
                                  workers=workers, settle=settle, rate=offered, capacity=capacity,
-                                 deciding=replay == "deciding", headroom=headroom)
+                                 deciding=(lambda es: undecided(es, offered, limit, headroom)) if replay == "deciding"
+                                 else None)
     choice = choose(estimates, offered, limit, headroom)
     return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice,
                        settle, size)

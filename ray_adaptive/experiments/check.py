@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ray_adaptive.compiler import Profile, choose
-from ray_adaptive.experiments.sweep import agreement
 from ray_adaptive.experiments.workload import Experiment
 
 __all__ = ["Point", "WEIGHTED", "scaled_paper", "check_point", "deciding_plans", "format_table", "summary"]
@@ -99,24 +98,30 @@ def check_point(exp: Experiment, rate: float, rows: Sequence[dict], agree: dict,
 
 def run_point(point: Point, profile: Profile, window: int = 600, seed: int = 0, workers: Optional[int] = None,
               progress: Optional[Callable[[str], None]] = None) -> list[dict]:
-    """Judge and compile every rate of ``point``; one :func:`check_point` record per rate."""
-    from ray_adaptive.compiler import compile_policy
-    from ray_adaptive.dsl import load_policy
-    from ray_adaptive.experiments.sweep import trace_seconds
+    """Judge (every plan) and compile every rate of ``point``, rates in ``workers`` processes (default: one
+    per CPU); one :func:`check_point` record per rate."""
+    import os
+
+    from ray_adaptive.experiments.sweep import choice_agreement, plan_space, sweep_rate
 
     exp = point.exp
-    rows, ag = agreement(exp, point.rates(), seconds=point.seconds, warmup=point.warmup, profile=profile,
-                         window=window, seed=seed, workers=workers, progress=progress)
-    policy = load_policy(exp.policy)
+    _, space = plan_space(exp.policy, exp.nodes)
+    args = [(exp, rate, point.seconds, point.warmup, list(space), profile, window, seed, True)
+            for rate in point.rates()]
+    workers = min(workers or os.cpu_count() or 1, len(args))
+    if workers <= 1:
+        parts = [sweep_rate(*a, progress=progress, with_estimates=True) for a in args]
+    else:
+        import concurrent.futures
+        import multiprocessing
+
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = [f.result() for f in [pool.submit(sweep_rate, *a, with_estimates=True) for a in args]]
     out = []
-    for a in ag:
-        rate = a["rate"]
-        # the estimates again (the rows carry each plan's; choose() needs the Estimate objects): same seed, same result
-        trace = exp.workload(rate, trace_seconds(rate, window), seed=seed + 1).tasks
-        comp = compile_policy(policy, rate=rate, trace=trace, nodes=exp.nodes, executors=exp.executors,
-                              queue=exp.queue, profile=profile, measure=False, window=window, seed=seed, workers=1,
-                              limit=exp.limit, replay="all")
-        out.append(check_point(exp, rate, [r for r in rows if r["rate"] == rate], a, comp.limit, comp.estimates))
+    limit = exp.quality_limit()
+    for rate, (rows, estimates) in zip(point.rates(), parts):
+        agree = choice_agreement(rows)[0]
+        out.append(check_point(exp, rate, rows, agree, limit, estimates))
     return out
 
 

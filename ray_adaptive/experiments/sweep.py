@@ -40,7 +40,7 @@ from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
-__all__ = ["sweep", "run_plan", "best_plans", "agreement", "choice_agreement", "jfi_floor", "plan_space",
+__all__ = ["sweep", "sweep_rate", "run_plan", "best_plans", "agreement", "choice_agreement", "jfi_floor", "plan_space",
            "PAPER_PLANS"]
 
 #: The paper's three implementations, as names in the compiler's plan space.
@@ -167,8 +167,8 @@ def trace_seconds(rate: float, window: int, max_window: int = 30_000) -> float:
 
 def sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, names: list, profile: Profile,
                window: int, seed: int, compile_choice: bool, max_window: int = 30_000,
-               progress: Optional[Callable[[str], None]] = None) -> list[dict]:
-    """The runs of one rate of :func:`sweep`."""
+               progress: Optional[Callable[[str], None]] = None, with_estimates: bool = False):
+    """The runs of one rate of :func:`sweep` (with ``with_estimates``: and the compiler's estimates)."""
     policy = load_policy(exp.policy)
     analysis, space = plan_space(exp.policy, exp.nodes)
     sc = exp.workload(rate, seconds, seed=seed)
@@ -192,7 +192,7 @@ def sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, name
         rows.append(row)
         if progress:
             progress(f"{rate:g}/s {name}")
-    return rows
+    return (rows, comp.estimates if comp else []) if with_estimates else rows
 
 
 def best_plans(rows: Sequence[dict], tol: float = 0.03) -> dict[float, list[str]]:
