@@ -28,10 +28,11 @@ class Cluster:
         self.nodes = [Node(s, i) for i, s in enumerate(specs)]
         self.loop = loop
         self.on_leave = on_leave
-        self.loads = np.zeros(len(self.nodes), dtype=np.int64)
+        self.loads = np.zeros(len(self.nodes), dtype=np.int64)  # (kept on a large cluster only: see with_room)
         self.slots = np.array([n.slots for n in self.nodes], dtype=np.int64)
         self.total_slots = int(self.slots.sum())
         self.load = 0
+        self._large = len(self.nodes) > SMALL
 
     def candidates(self) -> list[Node]:
         """Nodes that can take one more task (resource fit is checked per task)."""
@@ -40,7 +41,7 @@ class Cluster:
     def with_room(self) -> "NodeSet | list[Node]":
         """The nodes that can take one more task: a :class:`NodeSet` on a large cluster, a list on a
         small one (a few nodes are scored faster one by one than through numpy)."""
-        if len(self.nodes) <= SMALL:
+        if not self._large:
             return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
         idx = np.flatnonzero(self.loads < self.slots)
         return NodeSet(self.nodes, idx, self.loads[idx])
@@ -52,7 +53,8 @@ class Cluster:
 
     def _hold(self, task: Task, node: Node, sign: int) -> None:
         node.hold(task, sign)
-        self.loads[node.index] += sign
+        if self._large:
+            self.loads[node.index] += sign
         self.load += sign
 
     def dispatch(self, task: Task, node: Node) -> None:

@@ -156,6 +156,7 @@ class PlanSim:
         self.outstanding = 0  # hybrid: tasks forwarded and not yet finished/dropped (the selector's accounting)
         self._rr = 0
         self._history = LoadHistory(self.nodes)  # each node's load over time (for cached views)
+        self._views = plan.load.kind is LoadKind.CACHED
         task_key = (row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
                     if plan.task_policy is not None else None)
         self.central, self.locals = build_servers(plan, self.nodes, seed, self._key, self.scoring, task_key,
@@ -167,7 +168,8 @@ class PlanSim:
         # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
         self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
         self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
-        self._holders: set[Server] = set()  # servers with tasks in their pending queue
+        self._holders: set[Server] = set()  # decentralized: servers with tasks in their pending queue
+        self._decentralized = self.arch is Architecture.DECENTRALIZED
         self._ended_at = math.inf  # when the last task was resolved
         self.events = 0  # events run so far
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
@@ -258,7 +260,8 @@ class PlanSim:
             self._rouse(s)
         s.received += 1
         s.pending.add(task)
-        self._holders.add(s)
+        if self._decentralized:
+            self._holders.add(s)
         self.where[task] = s
         if self._on_arrival and (s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED):
             self._run_hook(s, "OnArrival", task, None)
@@ -300,7 +303,8 @@ class PlanSim:
             self.cluster.drop(task)
 
     def _on_leave(self, task: Task) -> None:
-        self._history.record(task.node, self.loop.now)
+        if self._views:
+            self._history.record(task.node, self.loop.now)
         if task not in self.warm:
             self._resolve()
         self.hooks.run(self.truth, "OnFinish", task, task.node, self.loop.now)
@@ -469,7 +473,7 @@ class PlanSim:
         now = self.loop.now
         cost = s.attempt_s
         pick = s.core.pick(s.candidates(self.plan, self.nodes, self._with_room, now), now)
-        if not s.pending:
+        if self._decentralized and not s.pending:
             self._holders.discard(s)
         if pick is None:
             s.failed += 1
@@ -503,7 +507,8 @@ class PlanSim:
                     self._timeout(task)  # refused after its deadline: dropped
                 else:
                     s.pending.add(task)
-                    self._holders.add(s)
+                    if self._decentralized:
+                        self._holders.add(s)
                     self.where[task] = s
         self._step(s)
 
@@ -512,7 +517,8 @@ class PlanSim:
         sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now, self._deciders(s))
                   if self.record_cr and now >= self.cr_from else None)
         self.cluster.dispatch(task, node)
-        self._history.record(node, now)
+        if self._views:
+            self._history.record(node, now)
         self.gp.remove(task)
         self.forwarded.pop(task, None)
         s.decisions += 1
