@@ -162,7 +162,7 @@ def _replay(args) -> dict:
 
     The yardstick is applied by :func:`_summarise`.
     """
-    sim_plan, window, seed, prefill, cr_from, settle, arch = args
+    sim_plan, window, seed, prefill, cr_from, settle, batch_s, arch = args
     # (the window's fields were checked against the policy once, by workload_window)
     r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from, settle=settle, validate=False,
                  until=_end(window))
@@ -170,7 +170,7 @@ def _replay(args) -> dict:
     role = Role.SELECTOR if arch is not Architecture.DECENTRALIZED else Role.SCHEDULERS
     decided = sum(s.decisions for s in r.schedulers if s.role == role)
     attempts = sum(s.attempts for s in r.schedulers if s.role == role)
-    return {"cr_impl": r.cr_impl, "cr_ideal": r.cr_ideal, "cr_times": r.cr_times, "batch_s": r.batch_s,
+    return {"cr_impl": r.cr_impl, "cr_ideal": r.cr_ideal, "cr_times": r.cr_times, "batch_s": batch_s,
             "replay_goodput": mt.goodput, "replay_jfi": mt.jfi, "bounces": mt.bounces, "events": r.events,
             "replayed_s": round(r.window[1], 4),
             "attempts_per_decision": round(attempts / decided, 3) if decided else None}
@@ -241,9 +241,9 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
             continue
         current[e.plan.name] = e
         period = plan_periods(e.plan)
-        rule = M.Settle(limit, batch_s=period / 2, after=size.after(period, periods)) if settle else None
+        rule = M.Settle(limit, batch_s=size.batch_s(period), after=size.after(period, periods)) if settle else None
         level = busy_level(rate, e.throughput, capacity) if capacity else prefill
-        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, e.plan.architecture)
+        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, size.batch_s(period), e.plan.architecture)
 
     def replay(names: list[str]) -> None:
         raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)

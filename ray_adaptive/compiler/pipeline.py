@@ -38,7 +38,7 @@ from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, est
 from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.analysis import Analysis, analyze
-from ray_adaptive.compiler.window import WindowSize, plan_periods, window_size
+from ray_adaptive.compiler.window import WindowSize, arrival_dispersion, plan_periods, window_size
 from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.sim.events import gc_paused
@@ -326,7 +326,8 @@ def _compile(policy, rate, trace, nodes, executors, queue, profile, measure, spa
     durations = np.array([t.duration for t in source])
     capacity = nodes * executors / float(durations.mean())
     size = window_size(offered, capacity, [plan_periods(p) for p in plans], _clients(source), _timeout(source),
-                       min_tasks=window, max_tasks=max(window, max_window))
+                       min_tasks=window, max_tasks=max(window, max_window),
+                       dispersion=arrival_dispersion([t.arrival for t in source[-max(window, 2000):]]))
     scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, size.tasks, seed)
     profile = profile or Profile()
     if measure:

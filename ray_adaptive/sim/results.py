@@ -103,9 +103,10 @@ class SimResult:
 
     @property
     def batch_s(self) -> float:
-        """The length of the batches the ratio's interval is taken over: half the plan's longest period
-        (0: batches of decisions; see :mod:`ray_adaptive.sim.metrics`)."""
-        return max(self.plan.sync.period_s, self.plan.load.period_s) / 2
+        """The length of the batches the ratio's interval is taken over: half the plan's longest period,
+        and at least an eighth of the time sampled (see :mod:`ray_adaptive.sim.metrics`)."""
+        span = float(self.cr_times[-1] - self.cr_times[0]) if len(self.cr_times) > 1 else 0.0
+        return max(max(self.plan.sync.period_s, self.plan.load.period_s) / 2, span / 8)
 
     def metrics(self, tenant_field: str = "tenant", cr_scale: Optional[float] = None,
                 weights: "Optional[Mapping[str, float]] | str" = "policy") -> Metrics:
