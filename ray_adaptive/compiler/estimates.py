@@ -39,8 +39,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 from ray_adaptive.compiler.costs import Step, role_costs
 from ray_adaptive.compiler.lowering import lower
 from ray_adaptive.compiler.parallel import run_jobs

@@ -38,7 +38,7 @@ from ray_adaptive.compiler import Profile, analyze
 from ray_adaptive.compiler.pipeline import measured_profile, workload_window
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.experiments.sweep import (PAPER_PLANS, agreement, best_plans, choice_agreement, jfi_floor,
-                                            plan_space, sweep as _sweep)
+                                            sweep as _sweep)
 from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.workload.generate import PAPER_DURATION
 
@@ -61,8 +61,6 @@ WORKLOADS = (
     Experiment("six-tenants-16-nodes", shares=(("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0), ("e", 2.0), ("f", 4.0)),
                nodes=16, duration=0.03),
 )
-
-_plans = plan_space  # (the name release_tests/bench_compiler.py imports)
 
 
 def sweep(exp: Experiment = PAPER, rates: Sequence[float] = DEFAULT_RATES, *args, **kwargs) -> list[dict]:
@@ -123,43 +121,6 @@ def format_table1(bands: Sequence[dict]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-def agreement(exp: Experiment, rates: Sequence[float], seconds: float = 2.0, warmup: float = 0.4,
-              profile: Optional[Profile] = None, window: int = 600, seed: int = 0, tol: float = 0.03,
-              progress: Optional[Callable[[str], None]] = None,
-              workers: Optional[int] = None) -> tuple[list[dict], list[dict]]:
-    """Simulate *every* plan at every rate, compile, and compare the choice with the simulator's best.
-
-    Returns (rows, per-rate agreement; see :func:`choice_agreement`).
-    """
-    _, space = _plans(exp.policy, exp.nodes)
-    rows = sweep(exp, rates, seconds, warmup, plans=list(space), profile=profile, window=window, seed=seed,
-                 progress=progress, workers=workers)
-    return rows, choice_agreement(rows, tol)
-
-
-def choice_agreement(rows: Sequence[dict], tol: float = 0.03) -> list[dict]:
-    """Per rate: the compiler's choice vs the simulator's best plans (rows must cover every plan).
-
-    ``agrees``: the choice is among the best (goodput within ``tol`` of the
-    best run within the limit, and itself within the limit). ``agrees_jfi``:
-    the same with "within the limit" judged by JFI alone.
-    """
-    out = []
-    best = best_plans(rows, tol)
-    for rate, names in best.items():
-        runs = {r["plan"]: r for r in rows if r["rate"] == rate}
-        chosen = next(r for r in runs.values() if r["chosen"])
-        jfi_ok = [r for r in runs.values() if r["jfi"] >= r.get("jfi_floor", 0.0)]
-        top_jfi = max(r["goodput"] for r in jfi_ok) if jfi_ok else 0.0
-        out.append({
-            "rate": rate, "chosen": chosen["plan"], "best": names,
-            "agrees": chosen["plan"] in names,
-            "agrees_jfi": chosen["jfi"] >= chosen.get("jfi_floor", 0.0) and chosen["goodput"] >= top_jfi * (1 - tol),
-            "chosen_goodput": chosen["goodput"], "best_goodput": max(runs[n]["goodput"] for n in names),
-        })
-    return out
 
 
 # ------------------------------------------------------------------- figures

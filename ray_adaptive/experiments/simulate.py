@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ray_adaptive.compiler import Profile, compile_policy
+from ray_adaptive.compiler import Profile, compile_policy, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.experiments.sweep import choice_agreement, plan_space, sweep, trace_seconds
@@ -43,6 +43,7 @@ from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.sim.plan_sim import PlanSim, periodic_overload
 from ray_adaptive.sim.timeline import Epoch, run_epochs
 from ray_adaptive.workload.rates import RateProfile, parse_profile
+from ray_adaptive.workload.scenario import load_scenario
 from ray_adaptive.workload.spec import WorkloadSpec, load_workload_spec, parse_tenants
 
 __all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
@@ -58,8 +59,8 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
                      limit: Optional[float] = None) -> tuple[Experiment, Optional[RateProfile], Optional[float]]:
     """The experiment ``simulate`` runs, the rate profile the workload file gives (if any), and its length.
 
-    ``tenants``: inline spec or a JSON workload file; ``workload``: a trace (.csv / .parquet) or a JSON
-    workload file. Neither: the paper's three tenants.
+    ``tenants``: inline spec or a JSON workload file; ``workload``: a trace (.csv / .parquet), a scenario
+    file's tasks (.json with ``tasks``) or a JSON workload file. Neither: the paper's three tenants.
     """
     load_policy(policy)  # (an unknown policy fails here, before any work)
     spec: Optional[WorkloadSpec] = None
@@ -67,7 +68,9 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
     for given in (tenants, workload):
         if given is None:
             continue
-        if given.endswith(".json"):
+        if given.endswith(".json") and given is workload and _is_scenario(given):
+            trace = load_scenario(given).tasks  # a scenario file's tasks: a trace
+        elif given.endswith(".json"):
             spec = load_workload_spec(given)
         elif given.endswith((".csv", ".parquet", ".pq")):
             from ray_adaptive.workload.trace import read_trace
@@ -90,6 +93,17 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
                      fields=tuple((t.name, t.fields) for t in spec.tenants if t.fields),
                      clients=tuple((t.name, t.clients) for t in spec.tenants if t.clients), **kw, **kwargs)
     return exp, spec.rate, spec.seconds
+
+
+def _is_scenario(path: str) -> bool:
+    """Whether a JSON file is a scenario (nodes and tasks) rather than a workload spec (tenants)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False  # (the workload spec's reader says what is wrong with it)
+    return isinstance(data, dict) and "tasks" in data and "tenants" not in data
 
 
 def parse_rates(text: Optional[str], capacity: float) -> "list[float] | RateProfile":
@@ -174,8 +188,6 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
     timeline, totals = [], []
     for name in plans:
         plan = space[name]
-        from ray_adaptive.compiler import lower
-
         lowered = lower(plan, analysis, profile, exp.nodes)
         why = periodic_overload(lowered)
         if why:

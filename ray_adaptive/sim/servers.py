@@ -13,7 +13,6 @@ plan enters.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from typing import Callable, Optional, Sequence
