@@ -259,10 +259,13 @@ def _read_profile(path: str):
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Workload trace (.csv or .parquet) to replay.")
 @click.option("--window", type=click.IntRange(10, MAX_WINDOW), default=600, show_default=True,
-              help="Tasks of the trace to replay (the first third warms up).")
+              help="The fewest tasks of the trace to replay (more when the plans' sync periods, the clients or a "
+                   "load near the execution bound need a longer window).")
 @click.option("--whole-window", is_flag=True,
               help="Replay every plan over the whole window (a more precise competitive ratio; by default a "
                    "replay stops once its ratio is settled against the limit).")
+@click.option("--replay-all", is_flag=True,
+              help="Replay every plan (by default only the plans whose competitive ratio can change the choice).")
 @click.option("--limit", type=_Finite(min=1.0, max=MAX_RATE), default=None,
               help="Competitive-ratio limit, >= 1 (default: the policy's [limit=...]).")
 @click.option("--headroom", type=_Finite(min=0.0, max=10.0), default=0.1, show_default=True,
@@ -273,8 +276,8 @@ def _read_profile(path: str):
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan file (one JSON object) instead of the report.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the plan file (JSON) here.")
-def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_path, window, whole_window, limit,
-             headroom, profile_path, no_measure, seed, as_json, out) -> None:
+def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_path, window, whole_window, replay_all,
+             limit, headroom, profile_path, no_measure, seed, as_json, out) -> None:
     """Compile POLICY: its execution units, every plan with its estimates, and the chosen plan."""
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.files import write_text
@@ -291,7 +294,8 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
         result = compile_policy(p, rate=rate, trace=tasks, nodes=nodes, executors=executors, queue=queue,
                                 node_resources=node_resources, profile=profile, measure=not no_measure,
                                 window=window, headroom=headroom, limit=limit, seed=seed,
-                                workers=os.cpu_count() or 1, settle=not whole_window)
+                                workers=os.cpu_count() or 1, settle=not whole_window,
+                                replay="all" if replay_all else "deciding")
         plan_file = result.as_dict()
         if out:
             write_text(out, json.dumps(plan_file, indent=2) + "\n", "plan file")
@@ -372,6 +376,112 @@ def why(policy, task_id, address, as_json) -> None:
     click.echo(json.dumps(answer, default=str) if as_json else format_why(answer))
     if answer.get("state") == "unknown":
         sys.exit(1)
+
+
+@main.command()
+@click.argument("policy")
+@click.option("--plan", "plans", multiple=True,
+              help="A plan the compiler lists (repeat, or comma-separate, for several), or all. Default: all.")
+@click.option("--workload", default=None, help="A trace (.csv, .parquet) or a workload file (.json) to run.")
+@click.option("--tenants", default=None,
+              help="Tenants as NAME:SHARE[:FIELD=VALUE...],... (e.g. a:1:weight=1,b:1:weight=3) or a workload "
+                   "file (.json). Default: the paper's a:1,b:1,greedy:3.")
+@click.option("--rates", default=None,
+              help="Rates: tasks/s or % of the execution bound, comma-separated (200,400 or 50%,120%), or a rate "
+                   "over time (steps:0=200,5=800 | ramp:0=100,10=900 | sine:mean=400,amplitude=300,period=20 | "
+                   "bursts:base=200,peak=1000,every=5,length=1). Default: 40-160% of the execution bound.")
+@click.option("--nodes", type=int, default=12, show_default=True, help="Nodes in the cluster.")
+@click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
+@click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
+@click.option("--duration", type=float, default=None, help="Mean task duration, s (default: the paper's 12/510).")
+@click.option("--arrivals", type=click.Choice(["poisson", "bursty"]), default=None, help="How tenants' tasks arrive.")
+@click.option("--durations", type=click.Choice(["fixed", "exponential", "lognormal"]), default=None,
+              help="How task durations vary.")
+@click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
+@click.option("--seconds", type=float, default=None,
+              help="Simulated seconds per run (default 3; with a rate over time, the workload file's or 20).")
+@click.option("--warmup", type=float, default=0.5, show_default=True, help="Seconds left out of each run's figures.")
+@click.option("--every", type=float, default=0.5, show_default=True, help="Epoch length, s, of a rate over time.")
+@click.option("--window", type=int, default=600, show_default=True,
+              help="The fewest tasks the compiler replays to choose a plan at each rate.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, duration, arrivals, durations, limit,
+             seconds, warmup, every, window, seed, out_dir, no_progress) -> None:
+    """Simulate POLICY's plans on a workload: what each would deliver, and which the compiler would choose."""
+    from ray_adaptive.experiments import simulate as S
+
+    _load_policy(policy)
+    if workload and tenants:
+        _fail("error: give --workload or --tenants, not both")
+    if nodes < 1 or executors < 1 or queue < 0:
+        _fail(f"error: need --nodes >= 1, --executors >= 1, --queue >= 0; found {nodes}, {executors}, {queue}")
+    if window < 10:
+        _fail(f"error: --window must be at least 10 tasks, found {window}")
+    try:
+        exp, file_rate, file_seconds = S.build_experiment(policy, tenants=tenants, workload=workload, nodes=nodes,
+                                                          executors=executors, queue=queue, duration=duration,
+                                                          arrivals=arrivals, durations=durations, limit=limit)
+        names = S.resolve_plans(policy, nodes, [n.strip() for p in plans for n in p.split(",") if n.strip()])
+        given = S.parse_rates(rates, exp.capacity) if rates or not file_rate else file_rate
+        if exp.trace and not rates:
+            given = [round(exp.trace_rate, 1)]
+    except (RayAdaptiveError, ValueError) as err:
+        _fail(f"error: {err}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    bar = None
+    if not no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc="simulate", unit="run", leave=False)
+    tick = (lambda what: (bar.set_postfix_str(what), bar.update(1))) if bar is not None else None
+    from ray_adaptive.compiler import Profile
+
+    profile = Profile()
+    try:
+        if isinstance(given, list):
+            secs = seconds or 3.0
+            if warmup >= secs:
+                _fail(f"error: --warmup ({warmup} s) must be shorter than --seconds ({secs} s)")
+            rows = S.run_sweep(exp, names, given, secs, warmup, profile, seed=seed, progress=tick, window=window)
+            import pandas as pd
+
+            pd.DataFrame(rows).to_csv(out / "sweep.csv", index=False)
+            figures = S.plot_sweep(rows, out, exp.capacity, title=f"{policy} on {nodes} nodes")
+            if bar is not None:
+                bar.close()
+            click.echo(f"{policy}: {len(names)} plan(s) x {len(given)} rate(s) on {nodes} nodes "
+                       f"(execution bound {exp.capacity:.0f} tasks/s)")
+            click.echo("")
+            click.echo("The compiler's choice vs the simulator's best plan (within the limit, the most goodput)")
+            click.echo(S.format_choices(rows))
+            click.echo("")
+            click.echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
+        else:
+            secs = seconds or file_seconds or 20.0
+            timeline, totals = S.run_profile(exp, names, given, secs, profile, every=every, seed=seed, progress=tick,
+                                             window=window)
+            import pandas as pd
+
+            pd.DataFrame(timeline).to_csv(out / "timeline.csv", index=False)
+            fig = S.plot_timeline(timeline, out, title=f"{policy}: {given.label()}")
+            if bar is not None:
+                bar.close()
+            click.echo(f"{policy} on {nodes} nodes, rate {given.label()} over {secs:g} s "
+                       f"(execution bound {exp.capacity:.0f} tasks/s)")
+            for t in totals:
+                if t.get("cannot_run"):
+                    click.echo(f"  {t['plan']:<48} cannot run: {t['cannot_run']}")
+                    continue
+                mark = " ".join(m for m, k in (("[compiler's choice at the mean rate]", "chosen_at_mean"),
+                                                ("[at the peak rate]", "chosen_at_peak")) if t[k])
+                click.echo(f"  {t['plan']:<48} goodput {t['goodput']:8.1f}/s  JFI {t['jfi']:.3f}  "
+                           f"CR {t['cr_sim']:.3f}  {mark}")
+            click.echo(f"wrote {out / 'timeline.csv'} and {fig.name}")
+    except (RayAdaptiveError, ValueError) as err:
+        _fail(f"error: {err}")
 
 
 if __name__ == "__main__":  # pragma: no cover

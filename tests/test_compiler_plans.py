@@ -81,7 +81,8 @@ def test_non_mergeable_state_still_allows_store_per_decision():
 def test_every_shipped_policy_compiles_and_replays_every_plan(policy, rate):
     """Each plan the IR allows is replayed (round robin's hybrid once crashed: its selector ran a hook
     that reads the node), and every kept or dropped plan has its three estimates."""
-    c = compile_policy(load_policy(policy), rate=rate, window=60, profile=FIXED, measure=False, workers=1)
+    c = compile_policy(load_policy(policy), rate=rate, window=60, max_window=300, profile=FIXED, measure=False,
+                       workers=1, replay="all")
     assert c.estimates and all(e.competitive_ratio >= 1.0 and e.throughput > 0 for e in c.estimates)
     assert c.choice.estimate in c.estimates
 
@@ -208,13 +209,13 @@ H = est("H", "hybrid", 4e-3, 470, 1.01)
     ([C, C2, D, H], 420, "D", "lowest latency"),  # C and C+po2 cannot carry 420 + 10%
     ([C, C2, D_BAD, H], 420, "H", "lowest latency"),
     ([C, C2, D_BAD, H], 900, "H", "the highest throughput within the limit (470 tasks/s)"),
-    ([D_BAD], 900, "D", "no plan meets the limit 1.2; the best competitive ratio (2.00)"),
+    ([D_BAD], 900, "D", "no plan meets the limit 1.2; chosen for the best competitive ratio (2.00)"),
 ])
 def test_choice_rules(estimates, rate, name, why):
     c = choose(estimates, rate, limit=1.2)
     assert c.estimate.plan.name == name and why in c.why
     assert set(c.verdicts) == {e.plan.name for e in estimates}
-    assert "chosen: " in c.verdicts[name].why
+    assert c.why in c.verdicts[name].why  # the chosen plan's verdict says why it was chosen
 
 
 def test_verdicts_say_why_each_plan_was_dropped():
@@ -228,12 +229,12 @@ def test_verdicts_say_why_each_plan_was_dropped():
 
 @pytest.fixture(scope="module")
 def far_below():
-    return compile_policy(load_policy("drf_lb"), rate=120, window=200, profile=FIXED, measure=False)
+    return compile_policy(load_policy("drf_lb"), rate=120, window=200, profile=FIXED, measure=False, replay="all")
 
 
 @pytest.fixture(scope="module")
 def far_above():
-    return compile_policy(load_policy("drf_lb"), rate=900, window=250, profile=FIXED, measure=False)
+    return compile_policy(load_policy("drf_lb"), rate=900, window=250, profile=FIXED, measure=False, replay="all")
 
 
 def test_far_below_capacity_the_choice_is_centralized(far_below):
@@ -341,29 +342,35 @@ def test_compile_command_errors_are_one_line(args, message):
 
 
 def test_replays_in_several_processes_give_the_same_estimates():
-    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=w) for w in (1, 3))
+    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, max_window=400, measure=False, workers=w,
+                                 replay="all") for w in (1, 3))
     assert [e.as_dict() for e in one.estimates] == [e.as_dict() for e in three.estimates]
+    # replaying only the plans that decide, a few at a time: the same choice, whatever the number of processes
+    one, three = (compile_policy(load_policy("drf_lb"), rate=700, window=150, max_window=400, measure=False, workers=w)
+                  for w in (1, 3))
+    assert one.choice.estimate.as_dict() == three.choice.estimate.as_dict()
 
 
-@pytest.mark.parametrize("failing", ["scale", "replay"])
-def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch, failing):
-    job = estimates._job
+def test_a_replay_error_in_a_forked_process_reaches_the_caller(monkeypatch):
+    replay = estimates._replay
 
     def flaky(args):
-        if args[0] == failing:
+        if args[-1] == "hybrid":
             raise ValueError("replay failed")
-        return job(args)
+        return replay(args)
 
-    monkeypatch.setattr(estimates, "_job", flaky)
+    monkeypatch.setattr(estimates, "_replay", flaky)
     with pytest.raises(ValueError, match="replay failed"):
-        compile_policy(load_policy("drf_lb"), rate=700, window=150, measure=False, workers=2)
+        compile_policy(load_policy("drf_lb"), rate=700, window=150, max_window=300, measure=False, workers=2)
 
 
 @pytest.mark.parametrize("rate", [120, 600, 900])
 def test_replays_that_stop_once_settled_keep_every_verdict(rate):
     settled, whole = (compile_policy(load_policy("drf_lb"), rate=rate, window=450, profile=FIXED, measure=False,
-                                     workers=1, settle=s) for s in (True, False))
+                                     workers=1, settle=s, replay="all") for s in (True, False))
     assert settled.choice.estimate.plan.name == whole.choice.estimate.plan.name
     assert {n: v.kept for n, v in settled.choice.verdicts.items()} == {n: v.kept for n, v in whole.choice.verdicts.items()}
     sampled = [sum(e.quality["decisions"] for e in c.estimates) for c in (settled, whole)]
-    assert sampled[0] < sampled[1] / 2, sampled
+    # (a plan replays several of its sync periods before it may stop, unless it is already clear above the
+    # limit: settling saves less than it once did, when replays stopped before replicas had diverged)
+    assert sampled[0] < sampled[1] * 0.75, sampled

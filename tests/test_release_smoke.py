@@ -57,8 +57,21 @@ def _switch(d):
     assert _positive(d["adaptive"]["ratio_median"])
 
 
+def _check_estimates(d):
+    s = d["summary"]
+    assert s["points"] == len(d["points"]) > 0 and 0 <= s["agree"] <= s["points"]
+    for p in d["points"]:
+        assert {r["role"] for r in p["plans"]} >= {"chosen"} and p["best"]
+
+
+def _scale(d):
+    assert all(_positive(r["wall_s_median"]) and r["choice"] for r in d["compile"])
+    assert all(_positive(x["events_per_s"]) and x["phases"] for x in d["ramp"]["plans"].values())
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
-          "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch}
+          "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
+          "check_estimates": _check_estimates, "bench_scale": _scale}
 
 
 def _release_tests() -> list:

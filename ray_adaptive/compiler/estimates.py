@@ -13,11 +13,19 @@ home decides (``1 / max share``); the hybrid's selector spreads evenly.
 **Quality** is the competitive ratio from replaying a window of the trace
 under the plan (:mod:`ray_adaptive.sim.plan_sim`): at each decision,
 ``Score_ideal(t_impl, n_impl)`` against the ideal decision on the exact
-global state, aggregated as the mean (see
-:func:`ray_adaptive.sim.metrics.competitive_ratio`). When the trace offers
-more than the cluster can execute, the replay starts from the steady state
-of an overloaded cluster (every slot busy), so a short window shows the
-contention a long run would.
+global state, aggregated as the mean, with its 95% interval over batches of
+decisions (see :func:`ray_adaptive.sim.metrics.competitive_ratio`). The
+window is long enough for what the plan hides to show
+(:mod:`~ray_adaptive.compiler.window`): several of its sync and heartbeat
+periods after a warm-up that is not sampled. When the trace offers more than
+the cluster can execute, the replay starts from the steady state of an
+overloaded cluster (every slot busy) and warms up for a task timeout, so the
+backlogs are those of a long run; a plan that cannot decide as fast as the
+nodes execute starts with the slots its throughput keeps busy
+(:func:`busy_level`). The yardstick of the ratio (where the ideal score is
+near 0) is the plan's own typical ideal score: the simulator's judgement of a
+whole run uses the same rule. A plan whose heartbeat rounds alone take longer
+than their period cannot run, and is not replayed.
 
 The simulator charges exactly these latencies as scheduler busy time, so
 estimated throughput and simulated goodput agree where a scheduler is the
@@ -27,23 +35,24 @@ bottleneck; quality comes from the replay, not from a formula.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
-
-import numpy as np
+from typing import Callable, Optional, Sequence
 
 from ray_adaptive.compiler.costs import Step, role_costs
 from ray_adaptive.compiler.lowering import lower
 from ray_adaptive.compiler.parallel import run_jobs
+from ray_adaptive.compiler.plans import PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile
 from ray_adaptive.compiler.analysis import Analysis
-from ray_adaptive.dsl import ir
-from ray_adaptive.plan import Architecture, LoadKind, Plan, Role
+from ray_adaptive.compiler.window import WindowSize, plan_periods
+from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Plan, Role
 from ray_adaptive.sim import metrics as M
-from ray_adaptive.sim.plan_sim import simulate
+from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
-__all__ = ["Step", "Estimate", "estimate_cost", "estimate_quality", "effective_parallelism", "ideal_scale"]
+__all__ = ["Step", "Estimate", "estimate_cost", "estimate_quality", "effective_parallelism", "ideal_plan",
+           "busy_level", "SKIPPED"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,18 @@ class Estimate:
     parallelism: float  # effective k
     throughput: float  # tasks/s the schedulers can decide
     competitive_ratio: float = float("nan")
-    quality: dict = field(default_factory=dict)  # p90, n, the replay's goodput and JFI, ...
+    quality: dict = field(default_factory=dict)  # ci, p90, n, the replay's goodput and JFI, ...
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The competitive ratio's 95% interval ((nan, nan) before a replay)."""
+        ci = self.quality.get("ci")
+        return (float(ci[0]), float(ci[1])) if ci else (math.nan, math.nan)
+
+    @property
+    def cannot_run(self) -> str:
+        """Why the plan cannot run at all ("" if it can)."""
+        return self.quality.get("cannot_run", "")
 
     def as_dict(self) -> dict:
         return {
@@ -73,21 +93,29 @@ class Estimate:
         }
 
 
-def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int) -> float:
-    """k for the throughput formula: ``1 / max share`` of tasks entering one scheduler (decentralized)."""
+def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int, cache: Optional[dict] = None) -> float:
+    """k for the throughput formula: ``1 / max share`` of tasks entering one scheduler (decentralized).
+    ``cache``: a dict kept across the plans of one scenario (the shares depend on k alone)."""
     k = plan.k(nodes)
     if plan.architecture is not Architecture.DECENTRALIZED or not scenario.tasks:
         return float(k)
+    if cache is not None and k in cache:
+        return cache[k]
     homes: dict[str, int] = {}
-    count = np.zeros(k)
+    count = [0] * k
     rr = 0
     for t in sorted(scenario.tasks, key=lambda t: (t.arrival, t.id)):
         if t.submitter:
-            home = homes.setdefault(t.submitter, len(homes) % k)
+            home = homes.get(t.submitter)
+            if home is None:
+                home = homes[t.submitter] = len(homes) % k
         else:
             home, rr = rr % k, rr + 1
         count[home] += 1
-    return float(count.sum() / count.max())
+    out = float(sum(count) / max(count))
+    if cache is not None:
+        cache[k] = out
+    return out
 
 
 def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, parallelism: Optional[float] = None) -> Estimate:
@@ -102,90 +130,134 @@ def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, 
         steps += s
         sel = sum(x.seconds for x in s)
         overhead[Role.SELECTOR.value] = round(o, 4)
-        tp.append((1 - o) / sel if sel > 0 else float("inf"))
+        tp.append(max(0.0, 1 - o) / sel if sel > 0 else float("inf"))
     if plan.architecture is not Architecture.CENTRALIZED:
         _, s, o = role_costs(analysis, profile, plan, nodes, Role.SCHEDULERS)
         steps += s
         loc = sum(x.seconds for x in s)
         overhead[Role.SCHEDULERS.value] = round(o, 4)
-        tp.append(k * (1 - o) / loc if loc > 0 else float("inf"))
+        tp.append(k * max(0.0, 1 - o) / loc if loc > 0 else float("inf"))
     return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp))
 
 
-def ideal_scale(policy: ir.Policy, window: Scenario) -> float:
-    """The yardstick of the competitive ratio: the median |score| of the ideal scheduler's decisions on ``window``.
+def ideal_plan(analysis: Analysis) -> LoweredPlan:
+    """The ideal scheduler as a plan: centralized, exact, deciding in no time."""
+    plans, _ = enumerate_plans(analysis, 1, PlanSpace(architectures=(Architecture.CENTRALIZED,), sample_d=(),
+                                                      heartbeat_s=()))
+    return lower(plans[0], analysis)
 
-    The same for every plan (see :func:`ray_adaptive.sim.metrics.competitive_ratio`).
-    """
-    from ray_adaptive.sim.replay import replay
 
-    return M.score_scale([d.score for d in replay(policy, window, deadline="dispatch").decisions])
+def _end(window: Scenario) -> float:
+    return max((t.arrival for t in window.tasks), default=0.0) + 1e-9
+
+
+#: Why a plan's ratio was not estimated (see ``deciding`` in :func:`estimate_quality`).
+SKIPPED = "not replayed: its competitive ratio cannot change the choice"
 
 
 def _replay(args) -> dict:
     """One plan's replay, reduced to what its estimates need (runs in a worker process when the compiler fans out).
 
-    The score scale is applied by :func:`_summarise`, so replays need not wait for :func:`ideal_scale`.
+    The yardstick is applied by :func:`_summarise`.
     """
-    sim_plan, window, seed, prefill, cr_from, settle, arch = args
+    sim_plan, window, seed, prefill, cr_from, settle, batch_s, arch = args
     # (the window's fields were checked against the policy once, by workload_window)
-    r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from, settle=settle, validate=False)
+    r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from, settle=settle, validate=False,
+                 until=_end(window))
     mt = r.metrics()
     role = Role.SELECTOR if arch is not Architecture.DECENTRALIZED else Role.SCHEDULERS
     decided = sum(s.decisions for s in r.schedulers if s.role == role)
     attempts = sum(s.attempts for s in r.schedulers if s.role == role)
-    return {"cr_impl": r.cr_impl, "cr_ideal": r.cr_ideal, "replay_goodput": mt.goodput, "replay_jfi": mt.jfi,
-            "bounces": mt.bounces, "attempts_per_decision": round(attempts / decided, 3) if decided else None}
+    return {"cr_impl": r.cr_impl, "cr_ideal": r.cr_ideal, "cr_times": r.cr_times, "batch_s": batch_s,
+            "replay_goodput": mt.goodput, "replay_jfi": mt.jfi, "bounces": mt.bounces, "events": r.events,
+            "replayed_s": round(r.window[1], 4),
+            "attempts_per_decision": round(attempts / decided, 3) if decided else None}
 
 
-def _summarise(raw: dict, scale: float, limit: Optional[float]) -> dict:
-    cr = M.competitive_ratio(raw["cr_impl"], raw["cr_ideal"], scale=scale, limit=limit)
+def _summarise(raw: dict, scale: Optional[float], limit: Optional[float]) -> dict:
+    cr = M.competitive_ratio(raw["cr_impl"], raw["cr_ideal"], scale=scale, limit=limit, times=raw["cr_times"],
+                             batch_s=raw["batch_s"])
     return {"cr": cr, "quality": {
-        "p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"], "scale": cr["scale"],
+        "ci": cr["ci"], "p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"],
+        "scale": cr["scale"], "replayed_s": raw["replayed_s"], "events": raw["events"],
         "replay_goodput": raw["replay_goodput"], "replay_jfi": raw["replay_jfi"], "bounces": raw["bounces"],
         "attempts_per_decision": raw["attempts_per_decision"]}}
 
 
-def _expected_cost(job) -> float:
-    """Relative wall time of a job (measured on DRF-LB), to hand out the longest first: the ideal replay
-    for the score scale runs the whole window where a plan's stops once settled, so it goes first
-    rather than straggle at the end."""
-    kind, payload = job
-    if kind == "scale":
-        return 4.0
+def _expected_cost(payload) -> float:
+    """Relative wall time of a replay, to hand out the longest first: decentralized replays make the most
+    events (measured on DRF-LB), cached views refresh."""
     plan, arch = payload[0], payload[-1]
     return (2.0 if arch is Architecture.DECENTRALIZED else 1.0) * (1.5 if plan.load.kind is LoadKind.CACHED else 1.0)
 
 
-def _job(job):
-    kind, payload = job
-    return ideal_scale(*payload) if kind == "scale" else _replay(payload)
+def busy_level(rate: Optional[float], throughput: float, capacity: Optional[float]) -> float:
+    """The share of the cluster busy in the steady state of a plan carrying ``throughput`` at ``rate`` on
+    nodes executing ``capacity`` tasks/s (1: every slot, queues too; see
+    :meth:`~ray_adaptive.sim.plan_sim.PlanSim._prefill`)."""
+    if not rate or not capacity:
+        return 0.0
+    level = min(rate, throughput) / capacity
+    return 1.0 if level >= 1 else level
 
 
 def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile: Profile, window: Scenario,
-                     seed: int = 0, prefill: bool = False, limit: Optional[float] = None,
-                     scale: Optional[float] = None, warm: float = 1 / 3, workers: int = 1,
-                     settle: bool = True) -> list[Estimate]:
-    """Replay ``window`` under every plan; fill in the competitive ratio (one score scale for all plans).
+                     seed: int = 0, prefill: "bool | float" = False, limit: Optional[float] = None,
+                     scale: Optional[float] = None, warm: "float | WindowSize" = 1 / 3, workers: int = 1,
+                     settle: bool = True, periods: int = 4, rate: Optional[float] = None,
+                     capacity: Optional[float] = None,
+                     deciding: Optional[Callable[[list], list]] = None) -> list[Estimate]:
+    """Replay ``window`` under every plan; fill in the competitive ratio (``scale``: one yardstick for all
+    plans; default: each plan's own, see :func:`~ray_adaptive.sim.metrics.competitive_ratio`).
 
-    The first ``warm`` share of the window (by arrivals) brings each plan to
-    its own steady state (its backlogs, its State); decisions after it are
-    sampled (``window`` carries the policy's fields: :func:`~ray_adaptive.compiler.pipeline.workload_window`
-    checked them). With ``settle``, a plan's replay stops once its mean ratio is
-    settled against ``limit`` (:class:`~ray_adaptive.sim.metrics.Settle`: at
-    least 100 decisions; far from the limit, about a third of the window).
-    ``workers`` > 1 replays in that many processes (the same result).
+    ``warm``: the warm-up, not sampled -- a :class:`~ray_adaptive.compiler.window.WindowSize`, or a
+    share of the window by arrivals -- brings each plan to its own steady state (its backlogs, its
+    State); decisions after it are sampled (``window`` carries the policy's fields:
+    :func:`~ray_adaptive.compiler.pipeline.workload_window` checked them). With ``settle``, a plan's
+    replay stops once its mean ratio is settled against ``limit``
+    (:class:`~ray_adaptive.sim.metrics.Settle`), but not before it has covered ``periods`` of its own
+    sync or heartbeat period. ``workers`` > 1 replays in that many processes (the same result).
+    Each replay starts from its plan's steady state: with ``rate`` and ``capacity`` (the cluster's
+    execution bound), the slots its throughput keeps busy (:func:`busy_level`); else ``prefill``.
+    ``deciding``: replay only the plans this names, given the estimates so far, until it names none
+    (:func:`~ray_adaptive.compiler.choice.undecided`: the plans whose ratio can still change the
+    choice), a few at a time; the others are marked as skipped (:data:`SKIPPED`).
     """
     nodes = len(window.nodes)
-    cr_from = window.tasks[int(len(window.tasks) * warm)].arrival if window.tasks and warm > 0 else 0.0
-    rule = M.Settle(limit) if settle else None
-    jobs = [("replay", (lower(e.plan, analysis, profile, nodes), window, seed, prefill, cr_from, rule,
-                        e.plan.architecture)) for e in estimates]
-    if scale is None:  # the ideal replay runs beside the plans'
-        jobs.insert(0, ("scale", (analysis.policy, window)))
-    raw = run_jobs(jobs, workers, _job, _expected_cost)
-    if scale is None:
-        scale, raw = raw[0], raw[1:]
-    results = [_summarise(r, scale, limit) for r in raw]
-    return [dataclasses.replace(e, competitive_ratio=r["cr"]["mean"], quality=r["quality"])
-            for e, r in zip(estimates, results)]
+    if isinstance(warm, WindowSize):
+        cr_from, size = warm.warm_s, warm
+    else:
+        cr_from = window.tasks[int(len(window.tasks) * warm)].arrival if window.tasks and warm > 0 else 0.0
+        size = WindowSize(cr_from, _end(window) - cr_from, len(window.tasks), "the window")
+    jobs: dict[str, tuple] = {}
+    current: dict[str, Estimate] = {}
+    for e in estimates:
+        lowered = lower(e.plan, analysis, profile, nodes)
+        why = periodic_overload(lowered)
+        if why:
+            current[e.plan.name] = dataclasses.replace(e, competitive_ratio=math.nan, quality={"cannot_run": why})
+            continue
+        current[e.plan.name] = e
+        period = plan_periods(e.plan)
+        rule = M.Settle(limit, batch_s=size.batch_s(period), after=size.after(period, periods)) if settle else None
+        level = busy_level(rate, e.throughput, capacity) if capacity else prefill
+        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, size.batch_s(period), e.plan.architecture)
+
+    def replay(names: list[str]) -> None:
+        raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)
+        for n, r in zip(names, raw):
+            got = _summarise(r, scale, limit)
+            current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
+
+    if deciding is None:
+        replay(list(jobs))
+    else:
+        while True:
+            todo = [e.plan.name for e in deciding(list(current.values())) if e.plan.name in jobs]
+            if not todo:
+                break
+            replay(todo[:max(1, workers)])
+        for n in jobs:
+            if "ci" not in current[n].quality:
+                current[n] = dataclasses.replace(current[n], quality={"skipped": SKIPPED})
+    return [current[e.plan.name] for e in estimates]

@@ -12,8 +12,10 @@ of the previous one's output (plus the workload and the profile):
 
 The workload is a trace (task specs: what the monitor recorded, or a file)
 or, without one, the paper's three tenants (one greedy at 3x) at ``rate``
-with the policy's other fields synthesised. Only the last ``window`` tasks
-are replayed; with ``rate`` given, their arrivals are scaled to that rate.
+with the policy's other fields synthesised. Only the end of it is replayed
+-- a window as long as the plans need to show what they hide, at least
+``window`` tasks (:func:`~ray_adaptive.compiler.window.window_size`); with
+``rate`` given, its arrivals are scaled to that rate.
 
 Example:
     >>> from ray_adaptive.dsl import load_policy
@@ -31,17 +33,19 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ray_adaptive.compiler.choice import Choice, choose
+from ray_adaptive.compiler.choice import Choice, choose, undecided
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
 from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.analysis import Analysis, analyze
+from ray_adaptive.compiler.window import WindowSize, arrival_dispersion, plan_periods, window_size
 from ray_adaptive.dsl.ir import Policy, task_attributes_read
 from ray_adaptive.errors import ScenarioError
+from ray_adaptive.sim.events import gc_paused
 from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable, scenario_from_dict
-from ray_adaptive.workload.generate import paper_tenants, policy_workload
+from ray_adaptive.workload.generate import generated_scenario, paper_tenants, policy_workload
 
 __all__ = ["Compilation", "compile_policy", "workload_window", "measured_profile"]
 
@@ -63,6 +67,7 @@ class Compilation:
     excluded: list[Excluded]
     choice: Choice
     settled: bool = True  # replays stopped once each plan's competitive ratio was settled
+    size: Optional[WindowSize] = None  # how long the window is, and why
 
     @property
     def nodes(self) -> int:
@@ -83,7 +88,8 @@ class Compilation:
             plans.append({
                 **e.plan.as_dict(nodes=n),  # what the runtime needs to run any listed plan
                 "latency_s": round(e.latency_s, 7), "throughput": round(e.throughput, 1),
-                "competitive_ratio": round(e.competitive_ratio, 4), "kept": v.kept, "why": v.why,
+                "competitive_ratio": _json_number(e.competitive_ratio), "ci": [_json_number(x) for x in e.interval],
+                "kept": v.kept, "why": v.why,
             })
         for x in self.excluded:
             plans.append({"name": x.name, "architecture": x.architecture, "approximations": [],
@@ -93,7 +99,8 @@ class Compilation:
         choice = {
             **chosen.plan.as_dict(nodes=n),
             "latency_s": round(chosen.latency_s, 7), "throughput": round(chosen.throughput, 1),
-            "competitive_ratio": round(chosen.competitive_ratio, 4), "why": self.choice.why,
+            "competitive_ratio": _json_number(chosen.competitive_ratio),
+            "ci": [_json_number(x) for x in chosen.interval], "why": self.choice.why,
             "steps": [s.as_dict() for s in chosen.steps],
         }
         a = self.analysis
@@ -102,6 +109,7 @@ class Compilation:
             "policy": a.policy.name,
             "limit": self.limit,
             "rate": round(self.rate, 3),
+            "window": {**(self.size.as_dict() if self.size else {}), "replayed_tasks": len(self.window.tasks)},
             "cluster": {"nodes": n, "executors": self.window.nodes[0].executors, "queue": self.window.nodes[0].queue,
                         "capacity": round(self.capacity, 1)},
             "units": [u.as_dict() for u in a.units],
@@ -120,7 +128,14 @@ class Compilation:
         out = [f"policy {a.policy.name} ({lim}) on {n} nodes x {node0.executors} executor(s), queue {node0.queue}: "
                f"execution bound {self.capacity:.0f} tasks/s; rate {self.rate:.0f} tasks/s; "
                f"replayed {len(self.window.tasks)} tasks" + (" per plan at most, until its competitive ratio was settled"
-                                                             if self.settled else ""), "", "Units"]
+                                                             if self.settled else "")]
+        if self.size is not None:
+            z = self.size
+            out.append(f"window: {z.warm_s * 1e3:.0f} ms warm-up + {z.sample_s * 1e3:.0f} ms sampled ({z.why})"
+                       + ("; cut short to bound the replays' cost" if z.capped else "")
+                       + (f"; the trace covers only {len(self.window.tasks)} of the {z.tasks} tasks it needs"
+                          if len(self.window.tasks) < z.tasks else ""))
+        out += ["", "Units"]
         width = max(len(u.text) for u in a.units)
         for u in a.units:
             extra = ", ".join(str(r) for r in u.reads if r.kind != "local") or "-"
@@ -136,14 +151,16 @@ class Compilation:
             out.append(f"  State {v.name}: {v.merge}{' (mergeable)' if v.dynamic and v.mergeable else ''} -- {v.why}")
         out += ["", "Plans"]
         name_w = max(len(e.plan.name) for e in self.estimates)
-        out.append(f"  {'plan':<{name_w}}  {'latency':>9}  {'throughput':>11}  {'CR':>6}  verdict")
+        out.append(f"  {'plan':<{name_w}}  {'latency':>9}  {'throughput':>11}  {'CR':>6}  {'95% CI':>13}  verdict")
         for e in self.estimates:
             v = self.choice.verdicts[e.plan.name]
             chosen = e is self.choice.estimate
             label = "CHOSEN" if chosen else ("kept" if v.kept else "dropped")
-            why = v.why.split("; chosen: ")[0] if chosen else v.why
+            lo, hi = e.interval
+            ci = f"{lo:5.3f}-{hi:<7.3f}" if math.isfinite(hi) else ("-" if math.isnan(hi) else f"{lo:5.3f}-?")
+            cr = f"{e.competitive_ratio:6.3f}" if math.isfinite(e.competitive_ratio) else f"{'-':>6}"
             out.append(f"{'*' if chosen else ' '} {e.plan.name:<{name_w}}  {e.latency_s * 1e3:6.2f} ms  {e.throughput:8.0f}/s  "
-                       f"{e.competitive_ratio:6.3f}  {label}: {why}")
+                       f"{cr}  {ci:>13}  {label}: {v.why}")
         for x in self.excluded:
             out.append(f"  {x.name:<{name_w}}  {'-':>9}  {'-':>11}  {'-':>6}  not allowed: {x.why}")
         c = self.choice.estimate
@@ -151,6 +168,11 @@ class Compilation:
         for s in c.steps:
             out.append(f"  {s.role:<10} {s.what:<48} {s.seconds * 1e3:7.3f} ms")
         return "\n".join(out)
+
+
+def _json_number(x: float):
+    """A float for JSON: rounded; NaN and infinities (not JSON) as None."""
+    return round(x, 4) if math.isfinite(x) else None
 
 
 #: Bounds on what the compiler replays, so that no workload makes it run for hours: simulated seconds
@@ -217,7 +239,7 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
         _check_span(window / rate, window, "raise --rate or shrink --window")  # (before making the workload)
         sc = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
                              executors=executors, queue=queue, seed=seed)
-        scenario = scenario_from_dict(sc)
+        scenario = generated_scenario(sc)
         if node_resources:
             scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), scenario.tasks)
         chosen = scenario.tasks[-window:]
@@ -270,6 +292,18 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+def _clients(tasks: Sequence[TaskSpec]) -> int:
+    """Submitting clients of a workload (a task without a submitter is its own: they go round-robin)."""
+    named = {t.submitter for t in tasks if t.submitter}
+    return len(named) + (1 if any(not t.submitter for t in tasks) else 0)
+
+
+def _timeout(tasks: Sequence[TaskSpec]) -> float:
+    """The workload's typical task timeout (the median of the finite ones; inf if none has one)."""
+    finite = sorted(t.timeout for t in tasks if math.isfinite(t.timeout))
+    return finite[len(finite) // 2] if finite else math.inf
+
+
 def compile_policy(
     policy: Policy,
     *,
@@ -283,11 +317,13 @@ def compile_policy(
     measure: bool = True,
     space: PlanSpace = PlanSpace(),
     window: int = 600,
+    max_window: int = 30_000,
     headroom: float = 0.1,
     limit: Optional[float] = None,
     seed: int = 0,
     workers: Optional[int] = None,
     settle: bool = True,
+    replay: str = "deciding",
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
@@ -295,30 +331,68 @@ def compile_policy(
     time each unit on the interpreter (otherwise every unit costs
     ``profile.default_unit_s``, which makes the result machine-independent).
     ``limit`` overrides the policy's ``[limit=...]``. ``node_resources``:
-    every node's resources (what a trace's tasks ask for is fitted into them). ``workers``: replay the
+    every node's resources (what a trace's tasks ask for is fitted into them). ``window`` / ``max_window``:
+    the fewest and the most tasks replayed (the window's length in between is
+    :func:`~ray_adaptive.compiler.window.window_size`'s). ``workers``: replay the
     plans in that many processes (the same result, sooner on several cores);
     default: one per CPU, or 1 inside a worker process or a multi-threaded
     process (the replays fork). ``settle``: stop each plan's replay once its
     competitive ratio is settled against the limit (False: replay the whole
     window, for a more precise ratio; see
-    :class:`~ray_adaptive.sim.metrics.Settle`).
+    :class:`~ray_adaptive.sim.metrics.Settle`). ``replay``: ``"deciding"``
+    replays only the plans whose ratio can change the choice (the others are
+    listed as not replayed, see :func:`~ray_adaptive.compiler.choice.undecided`);
+    ``"all"`` every plan (their ratios for a report or a figure).
     """
+    if replay not in ("deciding", "all"):
+        raise ValueError(f"replay must be 'deciding' or 'all', found {replay!r}")
+    with gc_paused():  # (a 1,000-node window is a few hundred thousand objects: collect once, at the end)
+        return _compile(policy, rate, trace, nodes, executors, queue, node_resources, profile, measure, space, window,
+                        max_window, headroom, limit, seed, workers, settle, replay)
+
+
+def _compile(policy, rate, trace, nodes, executors, queue, node_resources, profile, measure, space, window, max_window,
+             headroom, limit, seed, workers, settle, replay) -> Compilation:
+    if window < 10:
+        raise ValueError(f"window must be at least 10 tasks, found {window}")
     if workers is None:
         workers = default_workers()
     analysis = analyze(policy)
-    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, window, seed, node_resources)
+    plans, excluded = enumerate_plans(analysis, nodes, space)
+    if trace is None:  # the paper's tenants: their clients, durations and timeout
+        preview, _ = workload_window(policy, None, rate, nodes, executors, queue, 10, seed, node_resources)
+        source: Sequence[TaskSpec] = preview.tasks
+        offered = rate
+    else:
+        if not trace:
+            raise ScenarioError("the trace has no tasks")
+        source = trace
+        _, offered = workload_window(policy, trace, rate, nodes, executors, queue, max(10, min(window, len(trace))), seed,
+                                       node_resources)
+    # the execution bound from every task of the trace: a window's mean duration is noisy for heavy tails
+    durations = np.array([t.duration for t in source])
+    capacity = nodes * executors / float(durations.mean())
+    size = window_size(offered, capacity, [plan_periods(p) for p in plans], _clients(source), _timeout(source),
+                       min_tasks=window, max_tasks=max(window, max_window),
+                       dispersion=arrival_dispersion([t.arrival for t in source[-max(window, 2000):]]))
+    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, size.tasks, seed, node_resources)
     profile = profile or Profile()
     if measure:
         profile = measured_profile(analysis, scenario, profile)
-    # the execution bound from every task of the trace: a window's mean duration is noisy for heavy tails
-    durations = np.array([t.duration for t in (trace if trace else scenario.tasks)])
-    capacity = sum(n.executors for n in scenario.nodes) / float(durations.mean())
-    plans, excluded = enumerate_plans(analysis, len(scenario.nodes), space)
-    estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes), effective_parallelism(p, scenario, len(scenario.nodes)))
-                 for p in plans]
+    shares: dict = {}
+    estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes),
+                               effective_parallelism(p, scenario, len(scenario.nodes), shares)) for p in plans]
     limit = policy.limit if limit is None else limit
-    estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, prefill=offered >= capacity,
-                                 limit=limit, workers=workers, settle=settle)
+    warm = dataclasses.replace(size, warm_s=min(size.warm_s, _end_of(scenario) / 3)) if len(scenario.tasks) < size.tasks \
+        else size  # a trace shorter than the window: a third of it warms up
+    estimates = estimate_quality(estimates, analysis, profile, scenario, seed=seed, limit=limit, warm=warm,
+                                 workers=workers, settle=settle, rate=offered, capacity=capacity,
+                                 deciding=(lambda es: undecided(es, offered, limit, headroom)) if replay == "deciding"
+                                 else None)
     choice = choose(estimates, offered, limit, headroom)
     return Compilation(analysis, profile, offered, scenario, capacity, limit, headroom, estimates, excluded, choice,
-                       settle)
+                       settle, size)
+
+
+def _end_of(scenario: Scenario) -> float:
+    return max((t.arrival for t in scenario.tasks), default=0.0)

@@ -222,7 +222,8 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
     tenants = [dataclasses.replace(t, duration=service, clients=1) for t in paper_tenants(rate)]
     trace = scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue,
                                                timeout=exp.timeout_s, seed=exp.seed)).tasks
-    c = compile_policy(load_policy(POLICY), trace=trace, nodes=nodes, executors=per_node, queue=exp.queue, workers=1)
+    c = compile_policy(load_policy(POLICY), trace=trace, nodes=nodes, executors=per_node, queue=exp.queue, workers=1,
+                       replay="all")  # (this plan's ratio, whether or not it decides the choice)
     try:
         e = c.estimate(plan_name)
     except KeyError:

@@ -31,65 +31,23 @@ exceeds what its scheduler wins, so JFI falls later and gradually.
 from __future__ import annotations
 
 import math
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-
-from ray_adaptive.compiler import PlanSpace, Profile, analyze, compile_policy, enumerate_plans, lower
+from ray_adaptive.compiler import Profile, analyze
 from ray_adaptive.compiler.pipeline import measured_profile, workload_window
-from ray_adaptive.compiler.estimates import effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.workload.scenario import Scenario, scenario_from_dict
-from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, policy_workload
+from ray_adaptive.experiments.sweep import (PAPER_PLANS, agreement, best_plans, choice_agreement, jfi_floor,
+                                            sweep as _sweep)
+from ray_adaptive.experiments.workload import Experiment
+from ray_adaptive.workload.generate import PAPER_DURATION
 
 __all__ = ["Experiment", "PAPER", "WORKLOADS", "PAPER_PLANS", "sweep", "table1", "agreement", "choice_agreement",
-           "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES"]
+           "best_plans", "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES"]
 
-#: The paper's three implementations, as names in the compiler's plan space.
-PAPER_PLANS = {"C": "centralized", "D": "decentralized+sync 100ms", "H": "hybrid"}
 DEFAULT_RATES = (150, 300, 380, 420, 460, 500, 540, 620, 750, 900)
 QUICK_RATES = (200, 350, 430, 490, 650, 850)
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A workload and cluster to sweep: tenants (name, share of the rate), nodes, durations, arrivals.
-
-    ``spread``: ``submitter`` (a task enters a decentralized plan at its
-    client's home scheduler; a tenant with k times the rate runs k times the
-    clients) or ``clients1`` (one client per tenant).
-    """
-
-    name: str = "paper"
-    policy: str = "drf_lb"
-    shares: tuple[tuple[str, float], ...] = (("a", 1.0), ("b", 1.0), ("greedy", 3.0))
-    nodes: int = 12
-    executors: int = 1
-    queue: int = 2
-    duration: float = PAPER_DURATION
-    durations: str = "fixed"
-    arrivals: str = "poisson"
-    timeout: float = 1.0
-
-    @property
-    def capacity(self) -> float:
-        """The nodes' execution bound (tasks/s)."""
-        return self.nodes * self.executors / self.duration
-
-    def tenants(self, rate: float) -> list[Tenant]:
-        total = sum(w for _, w in self.shares)
-        return [Tenant(n, rate * w / total, arrivals=self.arrivals, duration=self.duration, durations=self.durations)
-                for n, w in self.shares]
-
-    def workload(self, rate: float, seconds: float, seed: int = 0) -> Scenario:
-        policy = load_policy(self.policy)
-        return scenario_from_dict(policy_workload(policy, self.tenants(rate), seconds, self.nodes, self.executors,
-                                                  self.queue, self.timeout, seed=seed))
-
 
 PAPER = Experiment()
 
@@ -106,140 +64,9 @@ WORKLOADS = (
 )
 
 
-def jfi_floor(limit: Optional[float], n: int = 2) -> float:
-    """The lowest Jain's index of service ratios that all lie within ``1 +- (1 - 1/limit)`` of their fair share.
-
-    JFI = 1 / (1 + variance) for ratios averaging 1, so the bound is
-    ``1 / (1 + (1 - 1/limit)**2)``, reached with half the tenants at each
-    extreme, whatever their number ``n`` (>= 2).
-
-    Example:
-        >>> round(jfi_floor(1.2), 4)
-        0.973
-    """
-    if limit is None or n < 2:
-        return 0.0
-    return 1.0 / (1.0 + (1.0 - 1.0 / limit) ** 2)
-
-
-def _plans(policy_name: str, nodes: int, space: PlanSpace = PlanSpace()):
-    a = analyze(load_policy(policy_name))
-    plans, _ = enumerate_plans(a, nodes, space)
-    return a, {p.name: p for p in plans}
-
-
-def sweep(
-    exp: Experiment = PAPER,
-    rates: Sequence[float] = DEFAULT_RATES,
-    seconds: float = 3.0,
-    warmup: float = 0.5,
-    plans: Optional[Sequence[str]] = None,
-    profile: Optional[Profile] = None,
-    window: int = 600,
-    seed: int = 0,
-    compile_choice: bool = True,
-    progress: Optional[Callable[[str], None]] = None,
-    workers: Optional[int] = None,
-) -> list[dict]:
-    """Simulate ``plans`` (default: the paper's three) at every rate; compile, and simulate the choice.
-
-    One row per (rate, plan) run: simulated goodput, on-time goodput, JFI,
-    service ratios, simulated competitive ratio; the compiler's estimates for
-    that plan at that rate; whether it was the compiler's choice. ``progress``
-    is called once per finished run. Rates run in ``workers`` processes
-    (default: one per CPU); every run is seeded, so the rows are the same
-    whatever the number.
-    """
-    _, space = _plans(exp.policy, exp.nodes)
-    names = list(plans) if plans is not None else list(PAPER_PLANS.values())
-    for n in names:
-        if n not in space:
-            raise ValueError(f"no plan {n!r} for {exp.policy}; plans: {', '.join(space)}")
-    args = [(exp, rate, seconds, warmup, names, profile or Profile(), window, seed, compile_choice) for rate in rates]
-    workers = min(workers or os.cpu_count() or 1, len(args))
-    rows: list[dict] = []
-    if workers <= 1:
-        for a in args:
-            rows += _sweep_rate(*a, progress=progress)
-        return rows
-    import concurrent.futures
-    import multiprocessing
-
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_sweep_rate, *a) for a in args]
-        for f in futures:  # in rate order
-            part = f.result()
-            rows += part
-            for r in part:
-                if progress:
-                    progress(f"{r['rate']:g}/s {r['plan']}")
-    return rows
-
-
-def _sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, names: list, profile: Profile,
-                window: int, seed: int, compile_choice: bool, progress: Optional[Callable[[str], None]] = None) -> list[dict]:
-    """The runs of one rate of :func:`sweep`."""
-    policy = load_policy(exp.policy)
-    analysis, space = _plans(exp.policy, exp.nodes)
-    limit = policy.limit
-    tenants = len(exp.shares)
-    rows: list[dict] = []
-    sc = exp.workload(rate, seconds, seed=seed)
-    comp = None
-    if compile_choice:
-        trace = exp.workload(rate, max(2.0, window / rate * 1.1), seed=seed + 1).tasks  # as a monitor records it
-        comp = compile_policy(policy, rate=rate, trace=trace,
-                              nodes=exp.nodes, executors=exp.executors, queue=exp.queue, profile=profile,
-                              measure=False, window=window, seed=seed)
-    chosen = comp.choice.estimate.plan.name if comp else None
-    paper_choice = None
-    if comp:
-        from ray_adaptive.compiler import choose
-
-        paper_choice = choose([comp.estimate(n) for n in PAPER_PLANS.values()], comp.rate, comp.limit,
-                              comp.headroom).estimate.plan.name
-    run = names + ([chosen] if chosen and chosen not in names else [])
-    prefill = rate >= exp.capacity
-    for name in run:
-        t0 = time.perf_counter()
-        plan = space[name]
-        r = simulate(lower(plan, analysis, profile, exp.nodes), sc, seed=seed, warmup=warmup, prefill=prefill,
-                     cr_every=2)
-        m = r.metrics(cr_scale=comp.estimate(name).quality["scale"] if comp else None)
-        est = comp.estimate(name) if comp else estimate_cost(plan, analysis, profile, exp.nodes,
-                                                            effective_parallelism(plan, sc, exp.nodes))
-        row = {
-            "experiment": exp.name, "rate": rate, "plan": name, "architecture": plan.architecture,
-            "paper_plan": next((k for k, v in PAPER_PLANS.items() if v == name), ""),
-            "offered": m.offered, "goodput": m.goodput, "on_time": m.on_time, "dropped": m.dropped,
-            "jfi": m.jfi, "cr_sim": m.cr["mean"], "cr_sim_p90": m.cr["p90"],
-            "within_limit_sim": bool(m.cr["mean"] <= (limit or math.inf) and m.jfi >= jfi_floor(limit, tenants)),
-            "jfi_floor": round(jfi_floor(limit, tenants), 4),
-            "throughput_est": round(est.throughput, 2), "latency_est_ms": round(est.latency_s * 1e3, 4),
-            "cr_est": est.competitive_ratio if comp else math.nan,
-            "goodput_est": round(min(rate, est.throughput, exp.capacity), 2),
-            "capacity": round(exp.capacity, 2),
-            "chosen": name == chosen, "chosen_among_paper": name == paper_choice,
-            "wait_p99_ms": round(m.wait_p99 * 1e3, 3), "response_p99_ms": round(m.response_p99 * 1e3, 3),
-            "utilisation": max(m.utilisation.values()) if m.utilisation else 0.0,
-            "events": r.events, "sim_s": round(time.perf_counter() - t0, 4),
-            **{f"service_{k}": v for k, v in m.service.items()},
-        }
-        rows.append(row)
-        if progress:
-            progress(f"{rate:g}/s {name}")
-    return rows
-
-
-def best_plans(rows: Sequence[dict], tol: float = 0.03) -> dict[float, list[str]]:
-    """Per rate: the simulator's best plans -- the highest goodput (within ``tol``) among runs within the limit."""
-    out: dict[float, list[str]] = {}
-    for rate in sorted({r["rate"] for r in rows}):
-        runs = [r for r in rows if r["rate"] == rate]
-        ok = [r for r in runs if r["within_limit_sim"]] or runs
-        top = max(r["goodput"] for r in ok)
-        out[rate] = [r["plan"] for r in ok if r["goodput"] >= top * (1 - tol)]
-    return out
+def sweep(exp: Experiment = PAPER, rates: Sequence[float] = DEFAULT_RATES, *args, **kwargs) -> list[dict]:
+    """:func:`ray_adaptive.experiments.sweep.sweep`, by default the paper's experiment at the default rates."""
+    return _sweep(exp, rates, *args, **kwargs)
 
 
 def _relation(values: dict[str, float], tol: float, higher_better: bool = True) -> str:
@@ -295,43 +122,6 @@ def format_table1(bands: Sequence[dict]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-def agreement(exp: Experiment, rates: Sequence[float], seconds: float = 2.0, warmup: float = 0.4,
-              profile: Optional[Profile] = None, window: int = 600, seed: int = 0, tol: float = 0.03,
-              progress: Optional[Callable[[str], None]] = None,
-              workers: Optional[int] = None) -> tuple[list[dict], list[dict]]:
-    """Simulate *every* plan at every rate, compile, and compare the choice with the simulator's best.
-
-    Returns (rows, per-rate agreement; see :func:`choice_agreement`).
-    """
-    _, space = _plans(exp.policy, exp.nodes)
-    rows = sweep(exp, rates, seconds, warmup, plans=list(space), profile=profile, window=window, seed=seed,
-                 progress=progress, workers=workers)
-    return rows, choice_agreement(rows, tol)
-
-
-def choice_agreement(rows: Sequence[dict], tol: float = 0.03) -> list[dict]:
-    """Per rate: the compiler's choice vs the simulator's best plans (rows must cover every plan).
-
-    ``agrees``: the choice is among the best (goodput within ``tol`` of the
-    best run within the limit, and itself within the limit). ``agrees_jfi``:
-    the same with "within the limit" judged by JFI alone.
-    """
-    out = []
-    best = best_plans(rows, tol)
-    for rate, names in best.items():
-        runs = {r["plan"]: r for r in rows if r["rate"] == rate}
-        chosen = next(r for r in runs.values() if r["chosen"])
-        jfi_ok = [r for r in runs.values() if r["jfi"] >= r.get("jfi_floor", 0.0)]
-        top_jfi = max(r["goodput"] for r in jfi_ok) if jfi_ok else 0.0
-        out.append({
-            "rate": rate, "chosen": chosen["plan"], "best": names,
-            "agrees": chosen["plan"] in names,
-            "agrees_jfi": chosen["jfi"] >= chosen.get("jfi_floor", 0.0) and chosen["goodput"] >= top_jfi * (1 - tol),
-            "chosen_goodput": chosen["goodput"], "best_goodput": max(runs[n]["goodput"] for n in names),
-        })
-    return out
 
 
 # ------------------------------------------------------------------- figures

@@ -65,8 +65,16 @@ class PendingQueue:
         if self._fifo is not None:
             self._fifo.append(task)
             return
-        keys, tasks = self._groups.setdefault(self._key(task), ([], []))
+        k = self._key(task)
+        group = self._groups.get(k)
+        if group is None:
+            group = self._groups[k] = ([], [])
+        keys, tasks = group
         order = (task.arrival, task.id)
+        if not keys or keys[-1] <= order:  # arrivals come in order: the common case appends
+            keys.append(order)
+            tasks.append(task)
+            return
         i = bisect.bisect_right(keys, order)
         keys.insert(i, order)
         tasks.insert(i, task)

@@ -34,8 +34,10 @@ import numpy as np
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.interp import Interpreter, argmin_pair
+from ray_adaptive.plan.nodeset import NodeSet
 
-__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key", "row_key", "written_by_hooks"]
+__all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key", "row_key", "written_by_hooks",
+           "NodeSet"]
 
 _NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
 _PART = "__part__"  # the local a part's value is computed into
@@ -171,16 +173,24 @@ class _Part:
     A value is remembered under the item's identity (``ident``: the task's
     group key; the node's index and changing attributes) and the values of
     the State it reads: any change of those is a different key.
+
+    A node part that reads nothing that changes but the node's load
+    (``by_load``: least-loaded, DRF-LB's ``get_load``, bin packing) is also
+    kept as a table of values by (node index, load), so a :class:`NodeSet`
+    of candidates is scored with one numpy look-up.
     """
 
-    def __init__(self, expr: ir.Expr, obj: str, ident: Callable, fixed: frozenset = frozenset()):
+    def __init__(self, expr: ir.Expr, obj: str, ident: Callable, fixed: frozenset = frozenset(),
+                 by_load: bool = False):
         self.stmts = (ir.Assign(ir.Local(_PART, expr.type), expr),)
         self.obj = obj
         reads = _state_reads(expr, obj)
+        changing = None if reads is None else [r for r in sorted(reads) if r[1] not in fixed]
         self.key = None if reads is None else self._key_fn(
-            ident, [r for r in sorted(reads) if r[1] not in fixed], _task_attr if obj == "task" else _node_attr)
+            ident, changing, _task_attr if obj == "task" else _node_attr)
         self.memo: dict = {}
         self._runners: dict = {}
+        self.table: Optional[_LoadTable] = _LoadTable(self) if by_load and changing == [] else None
 
     @staticmethod
     def _key_fn(ident: Callable, reads: list, attr: Callable) -> Callable:
@@ -227,6 +237,37 @@ class _Part:
         return out
 
 
+class _LoadTable:
+    """A node part's values by (node index, load), filled as candidates show new pairs."""
+
+    def __init__(self, part: _Part):
+        self.part = part
+        self.values = np.zeros((0, 0))
+        self.known = np.zeros((0, 0), dtype=bool)
+
+    def _fit(self, rows: int, cols: int) -> None:
+        r, c = self.values.shape
+        if rows > r or cols > c:
+            rows, cols = max(rows, r), max(cols, c, 4)
+            values, known = np.zeros((rows, cols)), np.zeros((rows, cols), dtype=bool)
+            values[:r, :c], known[:r, :c] = self.values, self.known
+            self.values, self.known = values, known
+
+    def lookup(self, interp: Interpreter, cands: NodeSet, now: float) -> np.ndarray:
+        idx, loads = cands.idx, cands.loads
+        if not len(idx):
+            return np.zeros(0)
+        self._fit(int(idx[-1]) + 1, int(loads.max()) + 1)
+        known = self.known[idx, loads]
+        if not known.all():
+            miss = np.flatnonzero(~known)
+            # (a candidate's object reads back the load it is listed with: the interpreter evaluates it so)
+            got = self.part._evaluate(interp, [cands[j] for j in miss.tolist()], now)
+            self.values[idx[miss], loads[miss]] = got
+            self.known[idx[miss], loads[miss]] = True
+        return self.values[idx, loads]
+
+
 def _nan_max(a: float, b: float) -> float:
     return a if a != a or a >= b else b  # NaN wins, as in np.maximum
 
@@ -245,28 +286,43 @@ def _infeasible_nan(x: float) -> float:
     return x if x == x else math.inf  # a NaN score counts as inf
 
 
+#: op(T, N) over a numpy array of N: the same IEEE double operations, elementwise (NaN propagates as above)
+_COMBINE_VEC = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum,
+                "task": lambda t, n: np.full(len(n), t), "node": lambda t, n: n}
+
+
 class _SplitScores:
-    """The scores of a (rows x candidates) decision from the parts: ``S[i, j] = op(T[i], N[j])``."""
+    """The scores of a (rows x candidates) decision from the parts: ``S[i, j] = op(T[i], N[j])``.
 
-    __slots__ = ("op", "t", "n", "_rows")
+    ``n`` is a list, or a numpy array (candidates given as a :class:`NodeSet`); ``vec`` is then
+    ``op`` over arrays.
+    """
 
-    def __init__(self, op: Callable, t: list[float], n: list[float]):
-        self.op, self.t, self.n = op, t, n
+    __slots__ = ("op", "vec", "t", "n", "_rows")
+
+    def __init__(self, op: Callable, t: list[float], n, vec: Optional[Callable] = None):
+        self.op, self.vec, self.t, self.n = op, vec, t, n
         self._rows: Optional[list[float]] = None
+
+    def _best_node_part(self) -> float:
+        n = self.n
+        if self.vec is not None:
+            finite = n[n == n]
+            return float(finite.min()) if finite.size else float(n[0])
+        finite = [x for x in n if x == x]
+        return min(finite) if finite else n[0]
 
     def row_min(self) -> list[float]:
         """Every row's best score: its score at a node with the smallest N (the combination is
         non-decreasing in N), NaN counting as worse than anything (under ``min``, a NaN node part
         loses to +inf)."""
         if self._rows is None:
-            n, op = self.n, self.op
-            finite = [x for x in n if x == x]
-            best = min(finite) if finite else n[0]
+            best, op = self._best_node_part(), self.op
             self._rows = [_infeasible_nan(op(t, best)) for t in self.t]
         return self._rows
 
     def argmin(self) -> Optional[tuple[int, int]]:
-        if not (self.t and self.n):
+        if not (self.t and len(self.n)):
             return None
         rows = self.row_min()
         v = min(rows)
@@ -274,11 +330,15 @@ class _SplitScores:
             return None
         i = rows.index(v)  # the first row holding the minimum: the matrix's row-major first minimum
         t, op = self.t[i], self.op
+        if self.vec is not None:
+            row = self.vec(t, self.n)
+            row = np.where(row == row, row, math.inf)
+            return i, int(np.argmin(row))  # the first minimum, as list.index(min(...))
         row = [_infeasible_nan(op(t, x)) for x in self.n]
         return i, row.index(min(row))
 
     def cell(self, i: int, j: int) -> float:
-        return _infeasible_nan(self.op(self.t[i], self.n[j]))
+        return _infeasible_nan(self.op(self.t[i], float(self.n[j])))
 
 
 class SplitScoring:
@@ -289,9 +349,13 @@ class SplitScoring:
         """``group``: a task's group key (tasks Score cannot tell apart); ``fixed_state``: State
         variables that do not change (no hook writes them), left out of what a part's value is
         remembered by."""
-        self.op = _COMBINE[split.op]
+        self.op, self.vec = _COMBINE[split.op], _COMBINE_VEC[split.op]
         self.task = _Part(split.task, "task", group or (lambda t: t), fixed_state) if split.task is not None else None
-        self.node = _Part(split.node, "node", self._node_ident(split.node), fixed_state) if split.node is not None else None
+        self.node = None
+        if split.node is not None:
+            reads = {x.name for x in ir.walk(split.node) if isinstance(x, ir.FieldRef) and x.obj == "node"}
+            self.node = _Part(split.node, "node", self._node_ident(split.node), fixed_state,
+                              by_load="available" not in reads)
 
     @staticmethod
     def _node_ident(expr: ir.Expr) -> Callable:
@@ -304,6 +368,9 @@ class SplitScoring:
 
     def scores(self, interp: Interpreter, rows: Sequence, cands: Sequence, now: float) -> _SplitScores:
         t = self.task.values(interp, rows, now) if self.task else [0.0] * len(rows)
+        if isinstance(cands, NodeSet) and (self.node is None or self.node.table is not None):
+            n = self.node.table.lookup(interp, cands, now) if self.node else np.zeros(len(cands))
+            return _SplitScores(self.op, t, n, self.vec)
         n = self.node.values(interp, cands, now) if self.node else [0.0] * len(cands)
         return _SplitScores(self.op, t, n)
 

@@ -4,31 +4,64 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import numpy as np
+
+from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.sim.events import FINISH, EventLoop
 from ray_adaptive.sim.model import Node, NodeSpec, Task
+
+
+SMALL = 32  # nodes up to which candidates are a plain list
 
 
 class Cluster:
     """Nodes that run dispatched tasks FIFO on their executors.
 
     ``on_leave(task)`` is called when a dispatched task leaves its node
-    (finished or dropped); the scheduler reacts to it.
+    (finished or dropped); the scheduler reacts to it. ``loads`` mirrors
+    every node's load in one array (``load`` counts the tasks queued and
+    running on all of them), so the nodes with room are found without a
+    pass over the node objects.
     """
 
     def __init__(self, specs: Sequence[NodeSpec], loop: EventLoop, on_leave: Callable[[Task], None]):
         self.nodes = [Node(s, i) for i, s in enumerate(specs)]
         self.loop = loop
         self.on_leave = on_leave
+        self.loads = np.zeros(len(self.nodes), dtype=np.int64)  # (kept on a large cluster only: see with_room)
+        self.slots = np.array([n.slots for n in self.nodes], dtype=np.int64)
+        self.total_slots = int(self.slots.sum())
+        self.load = 0
+        self._large = len(self.nodes) > SMALL
 
     def candidates(self) -> list[Node]:
         """Nodes that can take one more task (resource fit is checked per task)."""
         return [n for n in self.nodes if n.has_room]
 
+    def with_room(self) -> "NodeSet | list[Node]":
+        """The nodes that can take one more task: a :class:`NodeSet` on a large cluster, a list on a
+        small one (a few nodes are scored faster one by one than through numpy)."""
+        if not self._large:
+            return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
+        idx = np.flatnonzero(self.loads < self.slots)
+        return NodeSet(self.nodes, idx, self.loads[idx])
+
+    @property
+    def free(self) -> int:
+        """Slots free over the whole cluster."""
+        return self.total_slots - self.load
+
+    def _hold(self, task: Task, node: Node, sign: int) -> None:
+        node.hold(task, sign)
+        if self._large:
+            self.loads[node.index] += sign
+        self.load += sign
+
     def dispatch(self, task: Task, node: Node) -> None:
         if not node.has_room or not node.fits(task):
             raise RuntimeError(f"{task} dispatched to {node} which is not a candidate (a scheduler bug)")
         task.status, task.node, task.dispatched_at = "queued", node, self.loop.now
-        node.hold(task, +1)
+        self._hold(task, node, +1)
         node.waiting.append(task)
         self._start_ready(node)
 
@@ -36,7 +69,7 @@ class Cluster:
         """Drop a task queued at its node (it has not started)."""
         node = task.node
         node.waiting.remove(task)
-        node.hold(task, -1)
+        self._hold(task, node, -1)
         task.status = "dropped"
         self.on_leave(task)
 
@@ -50,7 +83,7 @@ class Cluster:
     def _finish(self, task: Task) -> None:
         node = task.node
         node.running.remove(task)
-        node.hold(task, -1)
+        self._hold(task, node, -1)
         task.status, task.finished_at = "finished", self.loop.now
         self._start_ready(node)
         self.on_leave(task)

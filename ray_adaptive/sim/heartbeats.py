@@ -24,6 +24,9 @@ import bisect
 import math
 from typing import List
 
+import numpy as np
+
+from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.sim.model import Node
 
 __all__ = ["Heartbeats", "LoadHistory", "ViewNode", "CachedView"]
@@ -74,7 +77,12 @@ class Heartbeats:
 
 
 class LoadHistory:
-    """Each node's load over a run (what a heartbeat round reports, read back at any time)."""
+    """Each node's load over a run (what a heartbeat round reports, read back at a recent time).
+
+    A log of load changes; the loads at ``t`` are the loads now with the
+    changes after ``t`` undone. Heartbeat views read back less than a period,
+    so that costs the changes of the last period, not a pass over the nodes.
+    """
 
     def __init__(self, nodes: List[Node]):
         self._nodes = nodes
@@ -82,29 +90,50 @@ class LoadHistory:
 
     def reset(self) -> None:
         """Start the history afresh from the nodes' loads now (a run prefilled before it starts)."""
-        self._hist = [([0.0], [n.load]) for n in self._nodes]
+        self.now = np.array([n.load for n in self._nodes], dtype=np.int64)
+        self._times: list[float] = []
+        self._index: list[int] = []
+        self._before: list[int] = []  # the node's load before the change
 
     def record(self, node: Node, now: float) -> None:
-        times, loads = self._hist[node.index]
-        times.append(now)
-        loads.append(node.load)
+        i = node.index
+        self._times.append(now)
+        self._index.append(i)
+        self._before.append(int(self.now[i]))
+        self.now[i] = node.load
+
+    def loads_at(self, t: float, out: np.ndarray) -> None:
+        """``out[:]`` = every node's load at time ``t`` (their loads at the start, before any change)."""
+        k = bisect.bisect_right(self._times, t)
+        np.copyto(out, self.now)
+        if k < len(self._times):
+            index = np.array(self._index[k:])
+            first = np.unique(index, return_index=True)[1]  # each node's earliest change after t
+            out[index[first]] = np.array(self._before[k:])[first]
 
     def at(self, index: int, t: float) -> int:
-        """Node ``index``'s load at time ``t`` (its initial load before 0)."""
-        times, loads = self._hist[index]
-        return loads[bisect.bisect_right(times, t) - 1] if t >= 0 else loads[0]
+        """Node ``index``'s load at time ``t``."""
+        k = bisect.bisect_right(self._times, t)
+        for j in range(k, len(self._times)):
+            if self._index[j] == index:
+                return self._before[j]
+        return int(self.now[index])
 
 
 class ViewNode:
-    """A node as a scheduler with cached loads sees it (the interpreter's NodeView)."""
+    """A node as a scheduler with cached loads sees it (the interpreter's NodeView): its load is the view's."""
 
-    __slots__ = ("node", "id", "index", "executors", "queue", "slots", "resources", "fields", "load")
+    __slots__ = ("node", "id", "index", "executors", "queue", "slots", "resources", "fields", "_loads")
 
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, loads: np.ndarray):
         self.node = node
         self.id, self.index, self.executors, self.queue = node.id, node.index, node.executors, node.queue
         self.slots = node.slots
-        self.resources, self.fields, self.load = node.resources, node.fields, 0
+        self.resources, self.fields, self._loads = node.resources, node.fields, loads
+
+    @property
+    def load(self) -> int:
+        return int(self._loads[self.index])
 
     @property
     def available(self) -> dict:
@@ -118,29 +147,33 @@ class CachedView:
     """One scheduler's view: loads as of its last heartbeat round, plus its own dispatches since."""
 
     def __init__(self, nodes: List[Node], heartbeats: Heartbeats, index: int, history: LoadHistory):
-        self.nodes = [ViewNode(n) for n in nodes]
+        self.loads = np.zeros(len(nodes), dtype=np.int64)
+        self.slots = np.array([n.slots for n in nodes], dtype=np.int64)
+        self.nodes = [ViewNode(n, self.loads) for n in nodes]
         self._hb, self.index, self._history = heartbeats, index, history
         self._tick = -math.inf  # the round the loads are as of
         self._next = -math.inf  # the first round after the view was last brought up to date
         self._own: list[tuple[float, int]] = []  # own dispatches: (time, node index)
 
-    def candidates(self, now: float) -> List[ViewNode]:
+    def candidates(self, now: float) -> "NodeSet | list[ViewNode]":
         """The nodes with room as this scheduler sees them at ``now``."""
         if now >= self._next:  # a heartbeat round may have come since the view was last brought up to date
             tick = self._hb.last(self.index, now)
             if tick != self._tick:
                 self._tick = tick
-                for v in self.nodes:
-                    v.load = self._history.at(v.index, tick)
+                self._history.loads_at(tick, self.loads)  # (in place: the view nodes read this array)
                 self._own = [x for x in self._own if x[0] > tick]
                 for _, i in self._own:
-                    self.nodes[i].load += 1
+                    self.loads[i] += 1
             self._next = self._hb.next(self.index, now)
-        return [v for v in self.nodes if v.load < v.slots]
+        idx = np.flatnonzero(self.loads < self.slots)
+        if len(self.nodes) <= 32:  # (as the cluster's candidates: a few nodes go faster as a list)
+            return [self.nodes[i] for i in idx.tolist()]
+        return NodeSet(self.nodes, idx, self.loads[idx])
 
     def dispatched(self, node: Node, now: float) -> None:
         """This scheduler sent a task to ``node``: it counts it until a round reports it."""
-        self.nodes[node.index].load += 1
+        self.loads[node.index] += 1
         self._own.append((now, node.index))
 
     def next_round(self, now: float) -> float:

@@ -78,6 +78,7 @@ import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role
+from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.scoring import row_key, scoring_for
 from ray_adaptive.sim import metrics as M
@@ -91,7 +92,7 @@ from ray_adaptive.sim.results import Metrics, SchedulerStats, SimResult
 from ray_adaptive.sim.servers import Server, assign_homes, build_servers
 from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable
 
-__all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics"]
+__all__ = ["simulate", "PlanSim", "SimResult", "SchedulerStats", "Metrics", "periodic_overload"]
 
 _FINISH, _SYNC = "finish", "sync"
 
@@ -110,7 +111,7 @@ class PlanSim:
     """
 
     def __init__(self, plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
-                 record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False,
+                 record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False,
                  cr_from: float = 0.0, source: str = "<scenario>", settle: Optional[M.Settle] = None,
                  validate: bool = True):
         if validate:
@@ -120,6 +121,9 @@ class PlanSim:
             raise ValueError(f"deadline must be one of {', '.join(DEADLINES)}, found {deadline!r}")
         if cr_every < 1:
             raise ValueError(f"cr_every must be >= 1, found {cr_every}")
+        overloaded = periodic_overload(plan)
+        if overloaded:
+            raise ValueError(f"plan {plan.name!r} cannot run: {overloaded}")
         self.deadline = deadline
         self.plan = plan
         self.arch = plan.architecture
@@ -139,8 +143,10 @@ class PlanSim:
         # plan.policy's Score: the truth's, and the centralized and decentralized schedulers' decisions
         self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
         self.gp = PendingQueue(self._key)  # every task arrived, not yet dispatched nor dropped
-        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self._with_room, cr_every)
+        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self.cluster.with_room, lambda: self.cluster.free,
+                                  cr_every)
         self.hooks = HookRunner(plan, n, self._keys)
+        self._on_arrival = any(h.name == "OnArrival" for h in plan.policy.hooks)
         self.placed_by: dict[str, str] = {}
         self.owner: dict[Task, Server] = {}  # scheduler that dispatched the task (gets its finish notification)
         self.where: dict[Task, Server] = {}  # scheduler holding the task in its pending queue
@@ -151,69 +157,85 @@ class PlanSim:
         self.outstanding = 0  # hybrid: tasks forwarded and not yet finished/dropped (the selector's accounting)
         self._rr = 0
         self._history = LoadHistory(self.nodes)  # each node's load over time (for cached views)
+        self._views = plan.load.kind is LoadKind.CACHED
         task_key = (row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
                     if plan.task_policy is not None else None)
         self.central, self.locals = build_servers(plan, self.nodes, seed, self._key, self.scoring, task_key,
                                                   self._any_resources, self._history)
         if self.hooks.periodic:
-            self.hooks.start_store(self.locals[0].interp.state)
+            self.hooks.start_store(Interpreter(plan.policy, num_nodes=n).state)  # (every replica's initial State)
+            self.locals.on_made = self._first_tick
         self._keeps_state = self.arch is not Architecture.HYBRID or plan.local_state
-        self._all = ([self.central] if self.central else []) + self.locals
         # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
-        self._wakeable = [] if plan.load.kind is LoadKind.CACHED else [
-            s for s in self._all if s.role is Role.SCHEDULERS or self.arch is Architecture.CENTRALIZED]
+        self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
+        self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
+        self._holders: set[Server] = set()  # decentralized: servers with tasks in their pending queue
+        self._decentralized = self.arch is Architecture.DECENTRALIZED
+        self._ended_at = math.inf  # when the last task was resolved
+        self.events = 0  # events run so far
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
             raise ValueError(f"warmup ({warmup} s) must end before the last arrival ({self.window[1]:.3f} s)")
         self._homes = assign_homes(self.tasks, len(self.locals)) if self.arch is Architecture.DECENTRALIZED else {}
         self.warm: set[Task] = set()
         if prefill and self.tasks:
-            self._prefill()
+            self._prefill(1.0 if prefill is True else float(prefill))
             self._history.reset()  # the prefilled loads are every view's first
         # arrivals are scheduled one at a time, each by the one before (ties in scenario order), and a
         # task's timeout when it arrives: a heap of what is due soon, not of the whole scenario
         self._arrivals = iter(sorted(self.tasks, key=_arrival))
         self._next_arrival()
-        if self.hooks.periodic:
-            for s in self.locals:
-                self.loop.at(float(s.rng.uniform(0, plan.sync.period_s)), ARRIVAL, self._sync_tick, s)
 
     # ------------------------------------------------------------ building
-    def _prefill(self) -> None:
-        """Start from a saturated cluster: every slot of every node holds a copy of a task of the scenario.
+    def _prefill(self, level: float = 1.0) -> None:
+        """Start from a busy cluster: slots hold copies of tasks of the scenario.
 
-        Running copies have a residual duration drawn uniformly from their
-        task's duration (the steady state of a busy executor), queued ones the
-        full duration. They go through the policy's hooks like dispatched
-        tasks (so DRF's allocations include them) and are left out of the
-        metrics. A slot no task's resources fit into stays empty.
+        ``level`` 1: every slot of every node (the steady state of an
+        overloaded cluster); below 1, that share of the executors, spread over
+        the nodes, and no queue (the steady state of a cluster executing that
+        share of its execution bound -- a plan whose schedulers carry less
+        than the nodes can run). Running copies have a residual duration drawn
+        uniformly from their task's duration (the steady state of a busy
+        executor), queued ones the full duration. They go through the
+        policy's hooks like dispatched tasks (so DRF's allocations include
+        them) and are left out of the metrics. A slot no task's resources fit into
+        stays empty.
         """
+        if level >= 1:
+            slots = [(node, slot) for node in self.nodes for slot in range(node.executors + node.queue)]
+        else:
+            layers = max(n.executors for n in self.nodes)
+            slots = [(node, slot) for slot in range(layers) for node in self.nodes if slot < node.executors]
+            slots = slots[:int(round(level * len(slots)))]
         src = itertools.cycle(self.tasks)
         arch = self.arch
         i = 0
-        for node in self.nodes:
-            for slot in range(node.executors + node.queue):
-                t = next((t for t in itertools.islice(src, len(self.tasks)) if node.fits(t)), None)
-                if t is None:
-                    break  # (what the node holds only grows while it fills: no later slot fits either)
-                d = t.spec.duration * (float(self.rng.uniform()) if slot < node.executors else 1.0)
-                warm = Task(dataclasses.replace(t.spec, id=f"~warm{i}", arrival=0.0, duration=d, timeout=math.inf))
-                i += 1
-                self.warm.add(warm)
-                self.cluster.dispatch(warm, node)
-                self.hooks.run(self.truth, "OnDispatch", warm, node, self.loop.now)
-                if arch is Architecture.DECENTRALIZED:
-                    owner = self.locals[self._homes[t]]
-                    self._run_hook(owner, "OnDispatch", warm, node)
-                else:
-                    self._run_hook(self.central, "OnDispatch", warm, None if arch is Architecture.HYBRID else node)
-                    owner = self.central
-                    if arch is Architecture.HYBRID:
-                        self.outstanding += 1
-                        if self.plan.local_state:
-                            owner = self.locals[i % len(self.locals)]
-                            self._run_hook(owner, "OnDispatch", warm, node)
-                self.owner[warm] = owner
+        full: set = set()  # nodes no task fits into any more (what a node holds only grows while it fills)
+        for node, slot in slots:
+            if node in full:
+                continue
+            t = next((t for t in itertools.islice(src, len(self.tasks)) if node.fits(t)), None)
+            if t is None:
+                full.add(node)
+                continue
+            d = t.spec.duration * (float(self.rng.uniform()) if slot < node.executors else 1.0)
+            warm = Task(dataclasses.replace(t.spec, id=f"~warm{i}", arrival=0.0, duration=d, timeout=math.inf))
+            i += 1
+            self.warm.add(warm)
+            self.cluster.dispatch(warm, node)
+            self.hooks.run(self.truth, "OnDispatch", warm, node, self.loop.now)
+            if arch is Architecture.DECENTRALIZED:
+                owner = self.locals[self._homes[t]]
+                self._run_hook(owner, "OnDispatch", warm, node)
+            else:
+                self._run_hook(self.central, "OnDispatch", warm, None if arch is Architecture.HYBRID else node)
+                owner = self.central
+                if arch is Architecture.HYBRID:
+                    self.outstanding += 1
+                    if self.plan.local_state:
+                        owner = self.locals[i % len(self.locals)]
+                        self._run_hook(owner, "OnDispatch", warm, node)
+            self.owner[warm] = owner
 
     def _run_hook(self, s: Server, name: str, task: Task, node) -> None:
         """Run a hook on a scheduler's own State (a hybrid's placements keep none unless their node part reads it)."""
@@ -234,19 +256,36 @@ class PlanSim:
         self._next_arrival()
         if math.isfinite(task.spec.timeout):
             self.loop.at(task.spec.deadline, TIMEOUT, self._timeout, task)
-        self.hooks.run(self.truth, "OnArrival", task, None, self.loop.now)
+        if self._on_arrival:
+            self.hooks.run(self.truth, "OnArrival", task, None, self.loop.now)
         self.gp.add(task)
         s = self.central if self.arch is not Architecture.DECENTRALIZED else self.locals[self._homes[task]]
         self._deliver(s, task)
 
     def _deliver(self, s: Server, task: Task) -> None:
         """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided)."""
+        if not s.ticking:
+            self._rouse(s)
         s.received += 1
         s.pending.add(task)
+        if self._decentralized:
+            self._holders.add(s)
         self.where[task] = s
-        if s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED:
+        if self._on_arrival and (s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED):
             self._run_hook(s, "OnArrival", task, None)
         self._kick(s)
+
+    def _notify(self, s: Server, task: Task) -> None:
+        """A finish notification reaches a scheduler's inbox."""
+        if not s.ticking:
+            self._rouse(s)
+        s.inbox.append((_FINISH, task))
+        self._kick(s)
+
+    def _resolve(self) -> None:
+        self.unresolved -= 1
+        if self.unresolved <= 0:
+            self._ended_at = self.loop.now
 
     def _recv_cost(self, s: Server, task: Task) -> float:
         if self._paid.get(task) is s:
@@ -259,54 +298,109 @@ class PlanSim:
             if self.deadline == "dispatch" and (task in self.claimed or task in self.forwarded):
                 return  # a scheduler committed to it in time: it will be placed
             task.status = "dropped"
-            self.unresolved -= 1
+            self._resolve()
             self.gp.remove(task)
             s = self.where.pop(task, None)
             if s is not None:
                 s.pending.remove(task)
+                if not s.pending:
+                    self._holders.discard(s)
             if task in self.forwarded:  # hybrid: the selector counted it and ran OnDispatch
-                self.central.inbox.append((_FINISH, task))
-                self._kick(self.central)
+                self._notify(self.central, task)
         elif task.status == "queued" and self.deadline == "start":
             self.cluster.drop(task)
 
     def _on_leave(self, task: Task) -> None:
-        self._history.record(task.node, self.loop.now)
+        if self._views:
+            self._history.record(task.node, self.loop.now)
         if task not in self.warm:
-            self.unresolved -= 1
+            self._resolve()
         self.hooks.run(self.truth, "OnFinish", task, task.node, self.loop.now)
         if self.arch is Architecture.DECENTRALIZED:
-            s = self.owner[task]
-            s.inbox.append((_FINISH, task))
-            self._kick(s)
+            self._notify(self.owner[task], task)
         else:
-            self.central.inbox.append((_FINISH, task))
-            self._kick(self.central)
+            self._notify(self.central, task)
             if self.arch is Architecture.HYBRID and self.plan.local_state:
-                s = self.owner[task]
-                s.inbox.append((_FINISH, task))
-                self._kick(s)
+                self._notify(self.owner[task], task)
         self._room_event()
+
+    def _block(self, s: Server) -> None:
+        """``s`` found no room: it waits (a probe or sample view retries when a slot frees)."""
+        s.blocked = True
+        if self._wakes_on_room and (s.role is Role.SCHEDULERS or self.arch is Architecture.CENTRALIZED):
+            self._blocked[s.order] = s
 
     def _room_event(self) -> None:
         """A slot freed: schedulers that found no room (probe/sample views) try again."""
-        for s in self._wakeable:
-            if s.blocked:
-                delay = float(s.rng.uniform(0.0, s.attempt_s))
-                self.loop.after(delay, DECIDE, self._wake, s)
+        for order in sorted(self._blocked):
+            s = self._blocked[order]
+            delay = float(s.rng.uniform(0.0, s.attempt_s))
+            self.loop.after(delay, DECIDE, self._wake, s)
 
     def _wake(self, s: Server) -> None:
         s.blocked = False
+        self._blocked.pop(s.order, None)
         self._kick(s)
+
+    # ------------------------------------------------- periodic State sync
+    #
+    # Each replica syncs every period, at its own phase. A replica with nothing
+    # to push, nothing to decide and nothing in its inbox would only pull: its
+    # rounds are then not simulated one by one (a thousand idle schedulers
+    # would cost ten thousand events a second) -- it goes *dormant*, and when
+    # something next reaches it, :meth:`_rouse` runs the rounds it skipped at
+    # once: each kept it busy for a sync and left it with the store as of that
+    # moment (:meth:`~ray_adaptive.sim.replication.HookRunner.store_at`), as if
+    # they had been simulated.
+
+    def _first_tick(self, s: Server) -> None:
+        """A scheduler used for the first time: dormant since before its first round."""
+        s.next_tick = float(s.rng.uniform(0, self.plan.sync.period_s))
+        s.ticking = False
 
     def _sync_tick(self, s: Server) -> None:
         if self.unresolved <= 0:
+            s.ticking = False
             return
+        idle = not (s.busy or s.inbox or s.pending or s.unpushed or s.sync_queued)
+        if idle:  # only a pull: dormant until something reaches it
+            s.ticking = False
+            return
+        s.next_tick = self.loop.now + self.plan.sync.period_s
         if not s.sync_queued:  # one sync catches up everything: a tick while one waits or runs adds nothing
             s.sync_queued = True
             s.inbox.append((_SYNC, None))
             self._kick(s)
-        self.loop.after(self.plan.sync.period_s, ARRIVAL, self._sync_tick, s)
+        self.loop.at(s.next_tick, ARRIVAL, self._sync_tick, s)
+
+    def _rouse(self, s: Server) -> None:
+        """Run the sync rounds a dormant scheduler skipped, up to now, and schedule its next."""
+        if s.ticking or not self.hooks.periodic or s.role is not Role.SCHEDULERS:
+            return
+        now = self.loop.now
+        period, t = self.plan.sync.period_s, s.next_tick
+        while t <= now:
+            w = s.work_time(s.costs.sync_s, t)
+            s.busy_s += w
+            if t + w > now:  # mid-sync now: it ends as a simulated one does
+                s.busy = s.sync_queued = True
+                self.loop.at(t + w, DECIDE, self._item_done, s, _SYNC, None)
+            else:
+                self.hooks.pull(s.interp, self.hooks.store_at(t + w))
+            t = t + period
+        s.next_tick = t
+        s.ticking = True
+        self.loop.at(t, ARRIVAL, self._sync_tick, s)
+
+    def _skipped_busy(self, s: Server, until: float) -> float:
+        """The busy time of the sync rounds a dormant scheduler skipped up to ``until``."""
+        if not self.hooks.periodic or s.role is not Role.SCHEDULERS:
+            return 0.0
+        busy, t = 0.0, s.next_tick
+        while t <= until:
+            busy += s.work_time(s.costs.sync_s, t)
+            t = t + self.plan.sync.period_s
+        return busy
 
     # ----------------------------------------------------------- scheduling
     def _kick(self, s: Server) -> None:
@@ -345,7 +439,7 @@ class PlanSim:
                 self._run_hook(s, "OnFinish", task, task.node)
         elif kind == _SYNC:
             s.sync_queued = False
-            self.hooks.push_pull(s.interp, s.unpushed)
+            self.hooks.push_pull(s.interp, s.unpushed, self.loop.now)
         self._step(s)
 
     # hybrid selector ------------------------------------------------------
@@ -379,17 +473,19 @@ class PlanSim:
         self._step(s)
 
     # decision attempt (centralized, decentralized, placement schedulers) ---
-    def _with_room(self) -> list[Node]:
-        return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
+    def _with_room(self) -> NodeSet:
+        return self.cluster.with_room()
 
     def _attempt(self, s: Server) -> None:
         s.attempts += 1
         now = self.loop.now
         cost = s.attempt_s
         pick = s.core.pick(s.candidates(self.plan, self.nodes, self._with_room, now), now)
+        if self._decentralized and not s.pending:
+            self._holders.discard(s)
         if pick is None:
             s.failed += 1
-            s.blocked = True
+            self._block(s)
             if s.view is not None:  # learn of room at the next heartbeat
                 nxt = s.view.next_round(now)
                 if s.wake_at < nxt:
@@ -419,15 +515,18 @@ class PlanSim:
                     self._timeout(task)  # refused after its deadline: dropped
                 else:
                     s.pending.add(task)
+                    if self._decentralized:
+                        self._holders.add(s)
                     self.where[task] = s
         self._step(s)
 
     def _dispatch(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         now = self.loop.now
-        sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now)
+        sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now, self._deciders(s))
                   if self.record_cr and now >= self.cr_from else None)
         self.cluster.dispatch(task, node)
-        self._history.record(node, now)
+        if self._views:
+            self._history.record(node, now)
         self.gp.remove(task)
         self.forwarded.pop(task, None)
         s.decisions += 1
@@ -439,28 +538,72 @@ class PlanSim:
         if s.view is not None:
             s.view.dispatched(node, now)
         if sample is not None:
-            self.ratio.record(sample)
+            self.ratio.record(sample, now)
             if self.settle is not None and len(self.ratio) % self.settle.batch == 0:
                 self._maybe_stop()
 
+    def _deciders(self, s: Server) -> int:
+        """How many decisions the plan is making at once, as ``s`` makes one: its schedulers holding
+        tasks (decentralized), or its one task-picking scheduler."""
+        if self.arch is not Architecture.DECENTRALIZED:
+            return 1
+        return len(self._holders) + (0 if s in self._holders else 1)
+
     def _maybe_stop(self) -> None:
         """End the run here if the competitive ratio is settled; the metrics' window ends here too."""
-        if self.settle.done(self.ratio.impl, self.ratio.ideal):
+        if self.settle.done(self.ratio.impl, self.ratio.ideal, self.ratio.times, self.loop.now):
             self.stopped_at = self.loop.now
             self.window = (self.window[0], max(min(self.window[1], self.loop.now), self.window[0] + 1e-9))
             self.loop.stop()
 
     # ------------------------------------------------------------------ run
-    def run(self) -> SimResult:
+    def servers(self) -> list[Server]:
+        """The selector (if any) and the schedulers used so far."""
+        return ([self.central] if self.central else []) + self.locals.made()
+
+    def advance(self, until: float) -> int:
+        """Run the events up to ``until`` (simulated seconds); how many ran. A run may be advanced in
+        steps -- an epoch at a time, with something looking at it in between -- and then finished by
+        :meth:`run`."""
         with np.errstate(all="ignore"):  # as in the interpreter: inf and NaN scores are values (split scoring combines parts)
-            events = self.loop.run()
-        return SimResult(self.plan, self.tasks, [s.stats() for s in self._all], np.array(self.ratio.impl),
-                         np.array(self.ratio.ideal), self.window, self.placed_by, events)
+            n = self.loop.run(until)
+        self.events += n
+        return n
+
+    def run(self, until: float = math.inf) -> SimResult:
+        """Run to the end (every task resolved), or to ``until`` (simulated seconds; the metrics' window
+        ends there too)."""
+        if until < self.window[1]:
+            self.window = (self.window[0], max(until, self.window[0] + 1e-9))
+        self.advance(until)
+        return self.result()
+
+    def result(self) -> SimResult:
+        """What the run did so far."""
+        servers = self.servers()
+        end = min(self._ended_at, self.loop.now) - 1e-12
+        # (the rounds dormant schedulers skipped so far: their busy time)
+        stats = [s.stats(extra_busy=0.0 if s.ticking else self._skipped_busy(s, end)) for s in servers]
+        return SimResult(self.plan, self.tasks, stats, np.array(self.ratio.impl), np.array(self.ratio.ideal),
+                         self.window, self.placed_by, self.events, np.array(self.ratio.times))
+
+
+def periodic_overload(plan: LoweredPlan) -> str:
+    """Why ``plan``'s schedulers could never finish a task -- their heartbeat rounds alone take longer than
+    the period -- or "" if they can."""
+    if plan.load.kind is not LoadKind.CACHED:
+        return ""
+    worst = max(plan.central.heartbeat_s, plan.local.heartbeat_s)
+    if worst >= plan.load.period_s:
+        return (f"a heartbeat round (every node's load report) keeps a scheduler busy {worst * 1e3:.3g} ms, "
+                f"longer than the {plan.load.period_s * 1e3:.3g} ms period")
+    return ""
 
 
 def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,
-             cr_every: int = 1, deadline: str = "dispatch", prefill: bool = False, cr_from: float = 0.0,
-             source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True) -> SimResult:
+             cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False, cr_from: float = 0.0,
+             source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True,
+             until: float = math.inf) -> SimResult:
     """Run ``plan`` on ``scenario`` and return the result (deterministic for a seed).
 
     ``warmup``: seconds at the start left out of the metrics. ``cr_every``:
@@ -468,14 +611,16 @@ def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float
     a task's timeout bounds, its ``dispatch`` (default here: no work is
     wasted under overload) or its ``start`` (the replay's default); see
     :mod:`ray_adaptive.sim.model`. ``prefill``: start with every node slot
-    busy (the steady state of an overloaded cluster), see :meth:`PlanSim._prefill`.
+    busy (True: the steady state of an overloaded cluster), or that share of
+    the executors (a number below 1), see :meth:`PlanSim._prefill`.
     ``cr_from``: sample the competitive ratio only from this time on.
     ``settle``: stop as soon as the competitive ratio is settled (see
     :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
     ``validate``: check the tasks' fields against the policy first (the
-    compiler checked its window once, for every plan's replay).
+    compiler checked its window once, for every plan's replay). ``until``: stop
+    there (simulated seconds) rather than when every task is resolved.
     """
     with gc_paused():
         return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
                        deadline=deadline, prefill=prefill, cr_from=cr_from, source=source, settle=settle,
-                       validate=validate).run()
+                       validate=validate).run(until)

@@ -16,6 +16,9 @@ per kind of task on a scratch interpreter; afterwards their delta is added
 
 from __future__ import annotations
 
+import bisect
+import math
+
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.plan import LoweredPlan, SyncKind
 from ray_adaptive.plan.replicas import copy_state, merge_into
@@ -133,12 +136,24 @@ class HookRunner:
     def start_store(self, state: dict) -> None:
         """The store starts from a replica's initial State."""
         self.store = copy_state(state)
+        self._versions: list[tuple[float, dict]] = [(-math.inf, copy_state(self.store))]
 
-    def push_pull(self, interp: Interpreter, unpushed: dict) -> None:
+    def push_pull(self, interp: Interpreter, unpushed: dict, now: float = 0.0) -> None:
         """A periodic sync: merge the replica's changes into the store, take the merged State back."""
-        merge_into(self.store, unpushed, self.merge)
-        unpushed.clear()
+        if unpushed:
+            merge_into(self.store, unpushed, self.merge)
+            unpushed.clear()
+            self._versions.append((now, copy_state(self.store)))
+        self.pull(interp, self.store)
+
+    def pull(self, interp: Interpreter, store: dict) -> None:
+        """Take ``store``'s State (a replica's pull)."""
         state = interp.state
         for v in self.dynamic:
-            x = self.store[v]
+            x = store[v]
             state[v] = dict(x) if isinstance(x, dict) else x
+
+    def store_at(self, t: float) -> dict:
+        """The store as it was at time ``t`` (after the pushes at ``t``): what a replica pulling then got."""
+        i = bisect.bisect_right(self._versions, t, key=lambda v: v[0]) - 1
+        return self._versions[i][1]

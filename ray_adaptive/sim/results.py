@@ -16,12 +16,13 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
 from ray_adaptive.plan import LoweredPlan, Role
 from ray_adaptive.sim import metrics as M
+from ray_adaptive.sim.fairness import tenant_weights
 from ray_adaptive.sim.model import Task
 
 __all__ = ["SchedulerStats", "Metrics", "SimResult"]
@@ -55,11 +56,14 @@ class Metrics:
     ideal one included -- see docs/language.md, the cluster model.)
     ``offered``, ``dropped``, ``late``, ``tasks``: of the tasks that arrived
     inside it. ``service``: per tenant,
-    on-time goodput / its max-min fair share of the total goodput (demands =
-    offered rates); ``jfi``: Jain's index over the service ratios.
+    goodput / its max-min fair share of the total goodput (demands =
+    offered rates; shares weighted by the policy's weights where it has
+    them, see :mod:`ray_adaptive.sim.fairness`); ``jfi``: Jain's index over
+    the service ratios.
     ``response_p50/p99``: arrival to finish of completed tasks; ``wait_p50/p99``:
     arrival to dispatch. ``utilisation``: busy fraction of the selector
-    (centralized, hybrid) and the busiest decentralized scheduler.
+    (centralized, hybrid), the busiest decentralized scheduler, and their
+    mean over the schedulers that received work.
     ``cr``: the competitive ratio summary (:func:`~ray_adaptive.sim.metrics.competitive_ratio`).
     """
 
@@ -95,9 +99,22 @@ class SimResult:
     window: tuple[float, float]
     placed_by: dict = field(default_factory=dict, repr=False)  # task id -> scheduler name
     events: int = 0
+    cr_times: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)  # when each sample was taken
 
-    def metrics(self, tenant_field: str = "tenant", cr_scale: Optional[float] = None) -> Metrics:
-        """Goodput, drops, fairness, latency, utilisation and competitive ratio over the window."""
+    @property
+    def batch_s(self) -> float:
+        """The length of the batches the ratio's interval is taken over: half the plan's longest period,
+        and at least an eighth of the time sampled (see :mod:`ray_adaptive.sim.metrics`)."""
+        span = float(self.cr_times[-1] - self.cr_times[0]) if len(self.cr_times) > 1 else 0.0
+        return max(max(self.plan.sync.period_s, self.plan.load.period_s) / 2, span / 8)
+
+    def metrics(self, tenant_field: str = "tenant", cr_scale: Optional[float] = None,
+                weights: "Optional[Mapping[str, float]] | str" = "policy") -> Metrics:
+        """Goodput, drops, fairness, latency, utilisation and competitive ratio over the window.
+
+        ``weights``: each tenant's weight for its fair share -- ``"policy"`` (default): the policy's
+        own, if it has any (:mod:`ray_adaptive.sim.fairness`); None: equal shares.
+        """
         lo, hi = self.window
         span = hi - lo
         inside = [t for t in self.tasks if lo <= t.arrival < hi]
@@ -113,7 +130,10 @@ class SimResult:
         for t in done:
             served[tenant(t)] = served.get(tenant(t), 0.0) + 1.0 / span
         goodput = len(done) / span if span > 0 else 0.0
-        ratios = M.service_ratios(served, demand, goodput)
+        if weights == "policy":
+            weights = tenant_weights(self.plan.policy, [t for t in self.tasks if t.spec.arrival >= 0], tenant_field) \
+                if tenant_field else None
+        ratios = M.service_ratios(served, demand, goodput, weights)
         resp = np.array([t.finished_at - t.arrival for t in done]) if done else np.zeros(1)
         waits = np.array([t.dispatched_at - t.arrival for t in inside if t.dispatched_at is not None])
         waits = waits if waits.size else np.zeros(1)
@@ -141,5 +161,6 @@ class SimResult:
             wait_p99=round(float(np.percentile(waits, 99)), 6),
             utilisation=util,
             bounces=sum(s.bounces for s in self.schedulers),
-            cr=M.competitive_ratio(self.cr_impl, self.cr_ideal, scale=cr_scale),
+            cr=M.competitive_ratio(self.cr_impl, self.cr_ideal, scale=cr_scale, times=self.cr_times,
+                                   batch_s=self.batch_s),
         )

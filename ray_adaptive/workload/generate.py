@@ -3,15 +3,23 @@
 * :func:`multi_tenant` -- Poisson tenants with rates (the replay demo's workload);
 * :func:`tenant_workload` -- :class:`Tenant` specs: Poisson or bursty arrivals,
   rate ratios, duration distributions, clients (submitters);
-* :func:`paper_workload` -- the HotNets'25 experiment at a given total rate.
+* :func:`paper_workload` -- the HotNets'25 experiment at a given total rate;
+* :func:`generated_scenario` -- one of these dicts as a :class:`~ray_adaptive.workload.scenario.Scenario`.
+
+Rates may change over time (steps, ramps, a diurnal sine, bursts): give a
+tenant, or the whole workload, a :class:`~ray_adaptive.workload.rates.RateProfile`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+
+from ray_adaptive.workload.rates import RateProfile
 
 
 def multi_tenant(
@@ -83,7 +91,10 @@ class Tenant:
     or ``lognormal`` with shape ``sigma``). ``clients``: how many clients
     submit its tasks (each task picks one at random); None: proportional to
     the rate (see :func:`tenant_workload`). ``resource_vec``: the DRF
-    resource vector of its tasks.
+    resource vector of its tasks. ``fields``: values of other Task fields
+    its tasks carry (a weighted policy's ``weight``), as (name, value) pairs.
+    ``profile``: its rate over time is ``rate x profile.at(t)``
+    (:mod:`ray_adaptive.workload.rates`; None: ``rate`` throughout).
     """
 
     name: str
@@ -95,6 +106,8 @@ class Tenant:
     sigma: float = 1.0
     clients: Optional[int] = None
     resource_vec: tuple = (0.1, 0.2, 0.1)
+    fields: tuple = ()
+    profile: Optional[RateProfile] = None
 
     def __post_init__(self):
         if not self.name or "/" in self.name:
@@ -107,11 +120,17 @@ class Tenant:
             raise ValueError(f"durations of tenant {self.name!r} must be one of {', '.join(DURATIONS)}, found {self.durations!r}")
         if not (self.duration > 0) or not (self.burst >= 1):
             raise ValueError(f"tenant {self.name!r}: duration must be > 0 and burst >= 1")
+        if isinstance(self.fields, dict):
+            object.__setattr__(self, "fields", tuple(sorted(self.fields.items())))
+        if any(not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)) for p in self.fields):
+            raise ValueError(f"tenant {self.name!r}: fields must be (name, value) pairs or a dict, found {self.fields!r}")
         if self.clients is not None and self.clients < 1:
             raise ValueError(f"tenant {self.name!r}: clients must be >= 1, found {self.clients}")
 
 
 def _arrival_times(t: Tenant, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    if t.profile is not None:
+        return _thinned(t, seconds, rng)
     if t.arrivals == "poisson":
         n = rng.poisson(t.rate * seconds)
         return np.sort(rng.uniform(0.0, seconds, n))
@@ -121,6 +140,25 @@ def _arrival_times(t: Tenant, seconds: float, rng: np.random.Generator) -> np.nd
     out = [s + np.cumsum(rng.exponential(0.0005, k)) - 0.0005 for s, k in zip(starts, sizes)]
     times = np.concatenate(out) if out else np.zeros(0)
     # (a burst starting in the first 0.5 ms may put its first task a hair before 0: at 0 instead)
+    return np.sort(np.maximum(times[times < seconds], 0.0))
+
+
+def _thinned(t: Tenant, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrivals at ``t.rate x t.profile.at(time)``: a process at the peak rate, each arrival (or burst)
+    kept with probability rate / peak (thinning)."""
+    peak = t.rate * t.profile.peak(seconds)
+    if not peak > 0:
+        return np.zeros(0)
+    flat = dataclasses.replace(t, rate=peak, profile=None)
+    if t.arrivals == "poisson":
+        times = _arrival_times(flat, seconds, rng)
+        return times[rng.uniform(0.0, peak, times.size) < t.rate * t.profile.at(times)]
+    bursts = rng.poisson(peak / t.burst * seconds)
+    starts = np.sort(rng.uniform(0.0, seconds, bursts))
+    starts = starts[rng.uniform(0.0, peak, starts.size) < t.rate * t.profile.at(starts)]
+    sizes = rng.geometric(1.0 / t.burst, starts.size)
+    out = [s + np.cumsum(rng.exponential(0.0005, k)) - 0.0005 for s, k in zip(starts, sizes)]
+    times = np.concatenate(out) if out else np.zeros(0)
     return np.sort(np.maximum(times[times < seconds], 0.0))
 
 
@@ -142,8 +180,12 @@ def tenant_workload(
     timeout: Optional[float] = 1.0,
     client_rate: Optional[float] = None,
     seed: int = 0,
+    profile: Optional[RateProfile] = None,
 ) -> dict:
     """A scenario dict of ``tenants`` submitting for ``seconds`` to ``nodes`` nodes.
+
+    ``profile``: every tenant without one of its own follows it (its rate
+    over time is ``rate x profile.at(t)``).
 
     Each task records its ``submitter`` ("tenant/client"). A tenant without a
     fixed ``clients`` count runs ``max(1, round(rate / client_rate))``
@@ -165,6 +207,8 @@ def tenant_workload(
     if not (seconds > 0) or nodes < 1:
         raise ValueError(f"seconds must be > 0 and nodes >= 1, found {seconds} and {nodes}")
     base = client_rate or min(t.rate for t in tenants)
+    if profile is not None:
+        tenants = [t if t.profile is not None else dataclasses.replace(t, profile=profile) for t in tenants]
     rng = np.random.default_rng(seed)
     rows = []
     for t in tenants:
@@ -172,12 +216,13 @@ def tenant_workload(
         durations = _durations(t, len(times), rng)
         n_clients = t.clients or max(1, int(round(t.rate / base)))
         clients = rng.integers(0, n_clients, len(times))
-        rows += [(round(float(a), 6), t.name, float(d), int(c), t.resource_vec) for a, d, c in zip(times, durations, clients)]
+        rows += [(round(float(a), 6), t.name, float(d), int(c), t.resource_vec, t.fields)
+                 for a, d, c in zip(times, durations, clients)]
     rows.sort(key=lambda r: (r[0], r[1], r[3]))
     tasks = [
         {"id": f"t{i}", "arrival": a, "duration": round(d, 7), "timeout": timeout, "submitter": f"{name}/{c}",
-         "fields": {"tenant": name, "resource_vec": list(vec)}}
-        for i, (a, name, d, c, vec) in enumerate(rows)
+         "fields": {"tenant": name, "resource_vec": list(vec), **dict(extra)}}
+        for i, (a, name, d, c, vec, extra) in enumerate(rows)
     ]
     return {
         "nodes": [{"id": f"n{i}", "executors": executors, "queue": queue} for i in range(nodes)],
@@ -223,23 +268,43 @@ def synthetic_value(t, name: str, rng: np.random.Generator, index: int):
 
 
 def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: int = 12, executors: int = 1,
-                    queue: int = 2, timeout: Optional[float] = 1.0, seed: int = 0) -> dict:
+                    queue: int = 2, timeout: Optional[float] = 1.0, seed: int = 0,
+                    profile: Optional[RateProfile] = None) -> dict:
     """:func:`tenant_workload` with the fields ``policy`` declares.
 
     ``tenant`` (string) and ``resource_vec`` (vec<float>) come from the
-    tenants; any other Task or Node field gets :func:`synthetic_value`.
+    tenants, and so do the fields a tenant gives (:attr:`Tenant.fields`); any
+    other Task or Node field gets :func:`synthetic_value`.
     """
-    sc = tenant_workload(tenants, seconds, nodes, executors, queue, timeout, seed=seed)
+    sc = tenant_workload(tenants, seconds, nodes, executors, queue, timeout, seed=seed, profile=profile)
     rng = np.random.default_rng([seed, 7])
     for i, task in enumerate(sc["tasks"]):
         given = task["fields"]
         fields = {}
         for f in policy.task_fields:
-            if f.name in given and (f.name, f.type.kind) in (("tenant", "string"), ("resource_vec", "vec")):
-                fields[f.name] = given[f.name]
+            if f.name in given and ((f.name, f.type.kind) in (("tenant", "string"), ("resource_vec", "vec"))
+                                    or f.name not in ("tenant", "resource_vec")):
+                v = given[f.name]  # (a number written 1 where the field is a float: 1.0)
+                fields[f.name] = float(v) if f.type.kind == "float" and isinstance(v, int) and not isinstance(v, bool) else v
             else:
                 fields[f.name] = synthetic_value(f.type, f.name, rng, i)
         task["fields"] = fields
     for i, node in enumerate(sc["nodes"]):
         node["fields"] = {f.name: synthetic_value(f.type, f.name, rng, i) for f in policy.node_fields}
     return sc
+
+
+def generated_scenario(d: dict):
+    """A scenario dict made here as a Scenario, without the checks a scenario file gets
+    (:func:`~ray_adaptive.workload.scenario.scenario_from_dict`): these are well formed by construction,
+    and a 1,000-node workload has hundreds of thousands of tasks."""
+    from ray_adaptive.workload.scenario import Scenario
+    from ray_adaptive.workload.specs import NodeSpec, TaskSpec
+
+    nodes = tuple(NodeSpec(n["id"], n.get("executors", 1), n.get("queue", 2), n.get("resources", {}),
+                           n.get("fields", {})) for n in d["nodes"])
+    inf = math.inf
+    tasks = tuple(TaskSpec(t["id"], float(t["arrival"]), float(t["duration"]),
+                           inf if t.get("timeout") is None else float(t["timeout"]), t["fields"], {},
+                           t.get("submitter", "")) for t in d["tasks"])
+    return Scenario(nodes, tasks)

@@ -1,0 +1,150 @@
+"""How much of a workload the compiler replays to estimate a plan's competitive ratio.
+
+A replay shows what a plan hides only if it lasts long enough for the hiding
+to happen. The window is sized in time, then in tasks, by whichever of these
+needs the most:
+
+* **periods** -- replicas synced every 100 ms do not diverge in 55 ms: the
+  sampled part of the replay covers ``periods`` of the plan's longest sync or
+  heartbeat period (each plan's replay may stop once it has covered its own,
+  see :attr:`WindowSize.after`);
+* **clients** -- a decentralized plan's k schedulers each see their clients'
+  tasks: the sampled part holds ``per_client`` tasks of every submitting client
+  (the ``k`` of the throughput formula);
+* **load** -- near the cluster's execution bound (``rho`` = rate / capacity
+  within ``knee`` of 1) queues drift for long before they settle: the replay
+  first runs a warm-up of one task timeout (the age at which a backlog is
+  shed). Elsewhere a few hundred milliseconds settle a replay that starts
+  from its plan's steady state (slots busy as its throughput keeps them;
+  the ratio's ideal decides as many tasks at once as the plan, so a backlog
+  matters once it holds a few tasks per tenant, not when it is full): the
+  warm-up is then a third of the window;
+* **decisions** -- the sampled part holds ``min_samples`` decisions at the rate the cluster can
+  take (the rate, or its execution bound if lower), and the window ``min_tasks`` tasks in all;
+* **burstiness** -- bursty arrivals bring contention in bursts, and a short sample can miss them:
+  the decisions and clients a sample needs are scaled by the arrivals' index of dispersion
+  (:func:`arrival_dispersion`; 1 for Poisson arrivals), up to ``max_dispersion``.
+
+All of it costs replay time, so the window holds at most ``max_tasks`` tasks:
+the warm-up gives way first, then the sampled part (``capped`` says so).
+
+Example:
+    >>> w = window_size(rate=520, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+    >>> w.warm_s, round(w.sample_s, 3), w.tasks, w.capped
+    (1.0, 0.4, 728, False)
+    >>> w.why
+    '4 periods of 100 ms; near the execution bound (1.02x), a warm-up of a task timeout'
+    >>> window_size(rate=100, capacity=510, periods_s=(), clients=5, timeout=1.0).tasks
+    600
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["WindowSize", "window_size", "plan_periods", "arrival_dispersion"]
+
+
+@dataclass(frozen=True)
+class WindowSize:
+    """A replay window: ``warm_s`` of warm-up then ``sample_s`` sampled; ``tasks`` at the rate."""
+
+    warm_s: float
+    sample_s: float
+    tasks: int
+    why: str  # what decided the sampled part's length
+    capped: bool = False  # max_tasks cut it short of what the rules ask
+
+    @property
+    def seconds(self) -> float:
+        return self.warm_s + self.sample_s
+
+    def after(self, period_s: float, periods: int) -> float:
+        """Simulated time before which a plan with this longest period may not stop sampling (with a
+        ratio within the limit): ``periods`` of its period, and half the sampled part -- a few hundred
+        decisions settle the mean of what they saw, not how often contention comes."""
+        return self.warm_s + min(self.sample_s, max(periods * period_s, self.sample_s / 2))
+
+    def batch_s(self, period_s: float) -> float:
+        """The length of the batches a ratio's interval is taken over: half the plan's period, and at
+        least an eighth of the sampled part (the interval reflects how the ratio varies over it)."""
+        return max(period_s / 2, self.sample_s / 8)
+
+    def as_dict(self) -> dict:
+        return {"warm_s": round(self.warm_s, 4), "sample_s": round(self.sample_s, 4), "tasks": self.tasks,
+                "why": self.why, "capped": self.capped}
+
+
+def plan_periods(plan) -> float:
+    """A plan's longest periodic step: its State sync or heartbeat period (0 if it has none)."""
+    return max(plan.sync.period_s, plan.load.period_s)
+
+
+def arrival_dispersion(arrivals: Sequence[float], per_bin: float = 5.0) -> float:
+    """The index of dispersion of arrival counts (variance / mean) in bins holding ``per_bin`` arrivals
+    on average: ~1 for a Poisson process, more for bursts.
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> round(arrival_dispersion(np.sort(rng.uniform(0, 10, 5000))), 1)
+        1.0
+        >>> bursts = np.repeat(np.sort(rng.uniform(0, 10, 500)), 10)   # bursts of 10 at once
+        >>> arrival_dispersion(bursts) > 5
+        True
+    """
+    t = np.sort(np.asarray(arrivals, dtype=float))
+    if t.size < 20 or t[-1] <= t[0]:
+        return 1.0
+    width = per_bin * (t[-1] - t[0]) / (t.size - 1)
+    counts = np.bincount(((t - t[0]) / width).astype(np.int64))[:-1]  # (the last bin is partial)
+    if counts.size < 4 or counts.mean() <= 0:
+        return 1.0
+    return float(counts.var() / counts.mean())
+
+
+def window_size(rate: float, capacity: float, periods_s: Sequence[float], clients: int, timeout: float,
+                min_tasks: int = 600, max_tasks: int = 30_000, periods: int = 4, per_client: int = 8,
+                min_samples: int = 200, knee: float = 0.15, warm_share: float = 1 / 3, dispersion: float = 1.0,
+                max_dispersion: float = 8.0) -> WindowSize:
+    """The window for a workload offering ``rate`` tasks/s to a cluster executing ``capacity`` tasks/s
+    (see the module doc). ``periods_s``: the plans' sync and heartbeat periods; ``clients``: submitting
+    clients; ``timeout``: a task's timeout (s; inf: none); ``dispersion``: the arrivals' index of
+    dispersion."""
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"the rate must be a positive number of tasks/s, found {rate}")
+    if min_samples > min_tasks:
+        min_tasks = min_samples
+    if min_tasks < 10 or max_tasks < min_tasks:
+        raise ValueError(f"need 10 <= min_tasks <= max_tasks, found {min_tasks} and {max_tasks}")
+    longest = max(periods_s, default=0.0)
+    bursts = min(max(dispersion, 1.0), max_dispersion)
+    more = f" x {bursts:.1f} for bursty arrivals" if bursts > 1.5 else ""
+    bursts = bursts if more else 1.0
+    needs = {
+        f"{periods} periods of {longest * 1e3:g} ms": periods * longest,
+        f"{per_client} tasks from each of {clients} clients{more}": bursts * per_client * max(clients, 1) / rate,
+        f"{min_samples} decisions{more}": bursts * min_samples / min(rate, capacity if capacity > 0 else rate),
+    }
+    why, sample = max(needs.items(), key=lambda kv: kv[1])
+    rho = rate / capacity if capacity > 0 else math.inf
+    if abs(rho - 1) <= knee and math.isfinite(timeout) and timeout > 0:
+        warm = timeout
+        why += f"; near the execution bound ({rho:.2f}x), a warm-up of a task timeout"
+    else:
+        warm = sample * warm_share / (1 - warm_share)
+    if (warm + sample) * rate < min_tasks:  # a short window: the rest is sampled
+        extra = min_tasks / rate - warm - sample
+        sample, warm = sample + extra * (1 - warm_share), warm + extra * warm_share
+        why = f"{min_tasks} tasks"
+    capped = False
+    if (warm + sample) * rate > max_tasks:
+        capped = True
+        room = max_tasks / rate
+        sample = min(sample, room)
+        warm = min(warm, room - sample)
+    return WindowSize(warm, sample, min(int(math.ceil((warm + sample) * rate)), max_tasks), why, capped)
