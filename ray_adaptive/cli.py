@@ -382,7 +382,7 @@ def why(policy, task_id, address, as_json) -> None:
 @click.argument("policy")
 @click.option("--plan", "plans", multiple=True,
               help="A plan the compiler lists (repeat, or comma-separate, for several), or all. Default: all.")
-@click.option("--workload", default=None, help="A trace (.csv, .parquet) or a workload file (.json) to run.")
+@click.option("--workload", type=click.Path(dir_okay=False), default=None, help="A trace (.csv, .parquet) or a workload file (.json) to run.")
 @click.option("--tenants", default=None,
               help="Tenants as NAME:SHARE[:FIELD=VALUE...],... (e.g. a:1:weight=1,b:1:weight=3) or a workload "
                    "file (.json). Default: the paper's a:1,b:1,greedy:3.")
@@ -390,22 +390,25 @@ def why(policy, task_id, address, as_json) -> None:
               help="Rates: tasks/s or % of the execution bound, comma-separated (200,400 or 50%,120%), or a rate "
                    "over time (steps:0=200,5=800 | ramp:0=100,10=900 | sine:mean=400,amplitude=300,period=20 | "
                    "bursts:base=200,peak=1000,every=5,length=1). Default: 40-160% of the execution bound.")
-@click.option("--nodes", type=int, default=12, show_default=True, help="Nodes in the cluster.")
-@click.option("--executors", type=int, default=1, show_default=True, help="Executors per node.")
-@click.option("--queue", type=int, default=2, show_default=True, help="Node queue length.")
-@click.option("--duration", type=float, default=None, help="Mean task duration, s (default: the paper's 12/510).")
+@click.option("--nodes", type=click.IntRange(1, MAX_NODES), default=12, show_default=True, help="Nodes in the cluster.")
+@click.option("--executors", type=click.IntRange(1, MAX_EXECUTORS), default=1, show_default=True,
+              help="Executors per node.")
+@click.option("--queue", type=click.IntRange(0, MAX_QUEUE), default=2, show_default=True, help="Node queue length.")
+@click.option("--duration", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
+              help="Mean task duration, s (default: the paper's 12/510).")
 @click.option("--arrivals", type=click.Choice(["poisson", "bursty"]), default=None, help="How tenants' tasks arrive.")
 @click.option("--durations", type=click.Choice(["fixed", "exponential", "lognormal"]), default=None,
               help="How task durations vary.")
-@click.option("--limit", type=float, default=None, help="Competitive-ratio limit (default: the policy's [limit=...]).")
-@click.option("--seconds", type=float, default=None,
+@click.option("--limit", type=_Finite(min=1.0, max=MAX_RATE), default=None,
+              help="Competitive-ratio limit, >= 1 (default: the policy's [limit=...]).")
+@click.option("--seconds", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
               help="Simulated seconds per run (default 3; with a rate over time, the workload file's or 20).")
-@click.option("--warmup", type=float, default=0.5, show_default=True, help="Seconds left out of each run's figures.")
-@click.option("--every", type=float, default=0.5, show_default=True, help="Epoch length, s, of a rate over time.")
-@click.option("--window", type=int, default=600, show_default=True,
+@click.option("--warmup", type=_Finite(min=0.0, max=MAX_SECONDS), default=0.5, show_default=True, help="Seconds left out of each run's figures.")
+@click.option("--every", type=_Finite(min=MIN_EVERY, max=MAX_SECONDS), default=0.5, show_default=True, help="Epoch length, s, of a rate over time.")
+@click.option("--window", type=click.IntRange(10, MAX_WINDOW), default=600, show_default=True,
               help="The fewest tasks the compiler replays to choose a plan at each rate.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "out_dir", default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, duration, arrivals, durations, limit,
              seconds, warmup, every, window, seed, out_dir, no_progress) -> None:
@@ -415,10 +418,6 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
     _load_policy(policy)
     if workload and tenants:
         _fail("error: give --workload or --tenants, not both")
-    if nodes < 1 or executors < 1 or queue < 0:
-        _fail(f"error: need --nodes >= 1, --executors >= 1, --queue >= 0; found {nodes}, {executors}, {queue}")
-    if window < 10:
-        _fail(f"error: --window must be at least 10 tasks, found {window}")
     try:
         exp, file_rate, file_seconds = S.build_experiment(policy, tenants=tenants, workload=workload, nodes=nodes,
                                                           executors=executors, queue=queue, duration=duration,
@@ -429,8 +428,13 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             given = [round(exp.trace_rate, 1)]
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
+    from ray_adaptive.files import describe_os_error
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        _fail(f"error: {out_dir}: cannot make the folder: {describe_os_error(err)}")
     bar = None
     if not no_progress:
         from tqdm import tqdm
@@ -482,6 +486,8 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             click.echo(f"wrote {out / 'timeline.csv'} and {fig.name}")
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
+    except OSError as err:  # a file in the folder cannot be written
+        _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
 
 
 if __name__ == "__main__":  # pragma: no cover
