@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -38,6 +39,13 @@ def _burstiness(tasks: Sequence[TaskSpec]) -> float:
     return float(gaps.var()) / (mean * mean) if mean > 0 else 1.0
 
 
+def _ratio_high(e) -> float:
+    """The upper end of the ratio's 95% interval; the ratio itself when the replay was too short for one
+    (NaN for a plan that cannot run: never within a limit)."""
+    high = e.interval[1]
+    return high if not math.isnan(high) else e.competitive_ratio
+
+
 def estimate_table(policy: Policy, *, nodes: int, executors: int = 1, queue: int = 2,
                    trace: Optional[Sequence[TaskSpec]] = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                    profile: Optional[Profile] = None, measure: bool = True, window: int = 600,
@@ -56,9 +64,9 @@ def estimate_table(policy: Policy, *, nodes: int, executors: int = 1, queue: int
     cells, choice, plans = {}, {}, None
     for i, rate in enumerate(rates):
         c = compile_policy(policy, rate=rate, trace=trace, nodes=nodes, executors=executors, queue=queue,
-                           profile=profile, measure=measure, window=window, limit=limit, seed=seed, workers=workers)
-        cells[(i, 0)] = {e.plan.name: PlanEstimate(e.throughput, e.competitive_ratio,
-                                                   e.quality.get("ratio_high", e.competitive_ratio), e.latency_s)
+                           profile=profile, measure=measure, window=window, limit=limit, seed=seed, workers=workers,
+                           replay="all")  # (the controller compares any two plans at any rate: every ratio)
+        cells[(i, 0)] = {e.plan.name: PlanEstimate(e.throughput, e.competitive_ratio, _ratio_high(e), e.latency_s)
                          for e in c.estimates}
         choice[(i, 0)] = c.choice.estimate.plan.name
         plans = plans or tuple(e.plan for e in c.estimates)
