@@ -222,7 +222,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             or a plan file (path or dict); or ``"adaptive"``: the compiler's
             choice at first, then whatever plan fits the measured load, switched
             live (see :mod:`ray_adaptive.adaptation` and docs/adaptive.md).
-        rate: the arrival rate (tasks/s) ``"auto"`` (and ``"adaptive"``, at first) compiles for.
+        rate: the arrival rate (tasks/s) ``"auto"`` (and ``"adaptive"``, at first) compiles for
+            (default: the cluster's execution bound, where plans differ most).
         executors: tasks each node runs at once (default: its CPU count).
         queue: tasks each node may hold waiting besides those running.
         node_fields: node id -> values of the policy's ``Node:`` fields. A scalar field

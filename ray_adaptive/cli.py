@@ -69,6 +69,14 @@ class _Finite(click.FloatRange):
         return rv
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _Rates(click.ParamType):
     """A comma-separated list of arrival rates, each a finite number in (0, MAX_RATE]."""
 
@@ -79,7 +87,7 @@ class _Rates(click.ParamType):
         if isinstance(value, list):
             return value
         parts = [p.strip() for p in str(value).split(",")]
-        if not all(parts):
+        if not all(parts) or not all(_is_number(p) for p in parts):
             self.fail(f"{value!r} is not a comma-separated list of rates (tasks/s), e.g. 100,300,500.", param, ctx)
         return [self._one.convert(p, param, ctx) for p in parts]
 

@@ -24,16 +24,16 @@ from ray_adaptive.compiler import Profile
 from ray_adaptive.experiments.reproduce import WORKLOADS, agreement
 
 FRACTIONS = (0.4, 0.78, 0.9, 0.97, 1.1, 1.25, 1.6)
-SMOKE_FRACTIONS = (0.4, 0.9, 1.6)
+SMOKE_FRACTIONS = (0.4, 1.6)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke-test", action="store_true", help="3 rates per workload, 1.5 s runs")
+    ap.add_argument("--smoke-test", action="store_true", help="2 rates per workload, 1 s runs")
     ap.add_argument("--out", default=None, help="write the figures to this JSON file")
     args = ap.parse_args()
     fractions = SMOKE_FRACTIONS if args.smoke_test else FRACTIONS
-    seconds = 1.5 if args.smoke_test else 3.0
+    seconds = 1.0 if args.smoke_test else 3.0
     profile = Profile(default_unit_s=10e-6)
     figures = {}
     total = agree = agree_jfi = 0

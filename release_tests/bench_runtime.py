@@ -36,7 +36,10 @@ local cluster (so each side's workers import that side's code); the sides
 take turns sample by sample, and each reports its ratio to plain Ray measured
 on its own cluster in the same turn. The side idle meanwhile has a quiet
 cluster beside the busy one, for both sides alike. Without ``--baseline``
-there is one side, this checkout.
+there is one side, this checkout. ``--records-ab`` runs this checkout
+against itself with ``decision_records=0`` (what the records explaining
+``why`` cost). With two sides, ``ab`` holds the first side's ratio over the
+second's, turn by turn (median).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 VEC = [0.1, 0.2, 0.1]
 FIELDS = {"least_loaded": {}, "drf_lb": {"tenant": "a", "resource_vec": VEC}, "round_robin": {}, "fifo": {}}
@@ -158,10 +162,11 @@ def serve(hang_after_s: float) -> None:
             cmd = json.loads(line)
             if cmd.get("stop"):
                 break
-            key = (cmd["plan"], cmd["policy"], cmd["queue"], cmd.get("hold"))
+            key = (cmd["plan"], cmd["policy"], cmd["queue"], cmd.get("hold"), json.dumps(cmd.get("start", {})))
             if key != current:
                 ra.shutdown()
                 extra = {"hold": cmd["hold"]} if cmd.get("hold") else {}
+                extra.update(cmd.get("start", {}))
                 rt = ra.start(cmd["policy"], plan=cmd["plan"], queue=cmd["queue"], **extra)
                 current = key
             tasks, ms = cmd["tasks"], cmd["task_ms"]
@@ -190,8 +195,9 @@ def serve(hang_after_s: float) -> None:
 class Side:
     """A side's driver process (see :func:`serve`), with ``code`` first on its PYTHONPATH."""
 
-    def __init__(self, name: str, code: str, hang_after_s: float):
+    def __init__(self, name: str, code: str, hang_after_s: float, start: Optional[dict] = None):
         self.name = name
+        self.start = start or {}  # extra ra.start options of this side
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve",
                                       "--hang-after-s", str(hang_after_s)],
@@ -205,7 +211,7 @@ class Side:
         return json.loads(line)
 
     def sample(self, **cmd) -> dict:
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.write(json.dumps({**cmd, "start": self.start}) + "\n")
         self.proc.stdin.flush()
         return self._read()
 
@@ -233,7 +239,7 @@ class Burners:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke-test", action="store_true", help="few tasks, 1 repeat")
+    ap.add_argument("--smoke-test", action="store_true", help="150 tasks, 1 repeat, the last policy only")
     ap.add_argument("--out", default=None, help="write the figures to this JSON file")
     ap.add_argument("--queue", type=int, default=30, help="per-node queue of the cluster model (slots = CPUs + queue)")
     ap.add_argument("--policies", default="least_loaded,drf_lb")
@@ -245,6 +251,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=2000, help="tasks per loop (10 ms tasks: half)")
     ap.add_argument("--baseline", default=None, help="a checkout of the code to compare with, run alternately")
+    ap.add_argument("--records-ab", action="store_true",
+                    help="instead of a baseline checkout: this checkout with decision records on (the default "
+                         "1,000) against decision_records=0, run alternately")
     ap.add_argument("--hang-after-s", type=float, default=120.0,
                     help="a submission loop still running after this long is reported (every thread's stack, "
                          "the runtime's counts and queues) and the benchmark exits with status 3")
@@ -252,12 +261,19 @@ def main() -> None:
     args = ap.parse_args()
     if args.serve:
         return serve(args.hang_after_s)
-    tasks, repeats = (300, 1) if args.smoke_test else (args.tasks, args.repeats)
+    tasks, repeats = (150, 1) if args.smoke_test else (args.tasks, args.repeats)
+    if args.smoke_test:  # every plan and loop still runs; one policy (the tests cover the others)
+        args.policies = args.policies.split(",")[-1]
     here = os.path.dirname(HERE)
-    sides = [("this", here)] + ([("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
+    if args.records_ab and args.baseline:
+        ap.error("--records-ab compares this checkout with itself: give it or --baseline, not both")
+    sides = [("this", here, {})] + ([("baseline", os.path.abspath(args.baseline), {})] if args.baseline else [])
+    if args.records_ab:
+        sides = [("records", here, {}), ("no-records", here, {"decision_records": 0})]
     figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "executors": 2,
-               "cluster": "4 nodes x 2 CPUs (local), one per side", "sides": {n: c for n, c in sides}, "runs": []}
-    running = [Side(n, c, args.hang_after_s) for n, c in sides]
+               "cluster": "4 nodes x 2 CPUs (local), one per side", "sides": {n: c for n, c, _ in sides},
+               "runs": [], "ab": []}
+    running = [Side(n, c, args.hang_after_s, start) for n, c, start in sides]
     try:
         for condition in args.conditions.split(","):
             burners = Burners(2) if condition == "contended" else None
@@ -287,6 +303,15 @@ def _measure(sides, figures, condition, ms, tasks, plan, policy, how, repeats, a
     for _ in range(repeats):
         for side in sides:  # in turns: both sides see the same moments of a noisy machine
             samples[side.name].append(side.sample(**cmd))
+    if len(sides) == 2:  # the first side against the second, turn by turn, each by its own plain Ray
+        a, b = (samples[s.name] for s in sides)
+        ab = [(x["policy"][0] / x["plain"][0]) / (y["policy"][0] / y["plain"][0]) for x, y in zip(a, b)]
+        figures["ab"].append({"condition": condition, "task_ms": ms, "plan": plan, "policy": policy, "loop": f".{how}()",
+                              "first": sides[0].name, "second": sides[1].name,
+                              "ratio_of_ratios_median": round(statistics.median(ab), 3),
+                              "ratios_of_ratios": [round(r, 3) for r in ab]})
+        print(f"[A/B {condition} {ms} ms] {plan} {policy} .{how}(): {sides[0].name} / {sides[1].name} = "
+              f"{figures['ab'][-1]['ratio_of_ratios_median']}x (median of {len(ab)})", flush=True)
     for name, got in samples.items():
         rate = {k: [g[k][0] for g in got] for k in ("plain", "gated", "policy")}
         cpu = {k: [g[k][1] for g in got] for k in ("plain", "gated", "policy")}

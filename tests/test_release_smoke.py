@@ -69,9 +69,14 @@ def _scale(d):
     assert all(_positive(x["events_per_s"]) and x["phases"] for x in d["ramp"]["plans"].values())
 
 
+def _boot(d):
+    assert d["job_status"] == "SUCCEEDED" and d["job_output"]["misplaced"] == 0
+    assert _positive(d["cluster_up_s"]) and d["sigkilled_after_stop"] >= 0
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
-          "check_estimates": _check_estimates, "bench_scale": _scale}
+          "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot}
 
 
 def _release_tests() -> list:

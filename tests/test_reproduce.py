@@ -103,4 +103,4 @@ def test_reproduce_command_writes_csv_and_figures(tmp_path):
 def test_reproduce_command_rejects_bad_rates():
     out = subprocess.run([sys.executable, "-m", "ray_adaptive", "reproduce", "--rates", "fast"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "--rates must be comma-separated numbers" in out.stderr
+    assert out.returncode == 1 and "'--rates': 'fast' is not a comma-separated list of rates" in out.stderr

@@ -42,3 +42,12 @@ def test_every_role_scores_with_the_compilers_split():
             assert isinstance(spec.scheduler(nodes).scoring, SplitScoring), (arch, role)
         if arch != "decentralized":
             assert lease_spec(plan).split == plan.split
+
+
+def test_auto_without_a_rate_compiles_for_the_execution_bound_and_says_so():
+    # ra.start(policy) with no rate= (a job's first line) once failed: "give an arrival rate"
+    policy = load_policy("zone_affinity")
+    plan, why = select_plan(policy, "auto", nodes=3, executors=2, queue=2)
+    assert "(no rate given: the execution bound)" in why and f"at {3 * 2 * 510 / 12:.0f} tasks/s" in why
+    given, why_given = select_plan(policy, "auto", nodes=3, executors=2, queue=2, rate=50)
+    assert "at 50 tasks/s:" in why_given and "no rate given" not in why_given

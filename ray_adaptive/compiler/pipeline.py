@@ -360,6 +360,9 @@ def _compile(policy, rate, trace, nodes, executors, queue, node_resources, profi
     analysis = analyze(policy)
     plans, excluded = enumerate_plans(analysis, nodes, space)
     if trace is None:  # the paper's tenants: their clients, durations and timeout
+        _check_cluster(nodes, executors, queue, window)
+        if rate is not None and 0 < rate < math.inf:  # (the window asked for, before the preview's 10 tasks)
+            _check_span(window / rate, window, "raise --rate or shrink --window")
         preview, _ = workload_window(policy, None, rate, nodes, executors, queue, 10, seed, node_resources)
         source: Sequence[TaskSpec] = preview.tasks
         offered = rate

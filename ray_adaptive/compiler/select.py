@@ -3,8 +3,9 @@
 ``plan`` may be:
 
 * ``"auto"`` -- the compiler's choice for this cluster (its node count,
-  executors and queue) at ``rate`` tasks/s (default: the compiler's default
-  workload for the policy);
+  executors and queue) at ``rate`` tasks/s of the compiler's default
+  workload for the policy (without a rate: at the cluster's execution bound
+  under that workload, where the plans differ most);
 * an architecture, ``"centralized"`` / ``"decentralized"`` / ``"hybrid"`` --
   that architecture's plan with the fewest approximations, except that a
   decentralized plan syncs State periodically when the State allows it
@@ -54,9 +55,15 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
     if plan == "auto":
         from ray_adaptive.compiler.pipeline import compile_policy
 
+        given = rate is not None
+        if not given:  # where the choice matters most: the cluster's execution bound under the default workload
+            from ray_adaptive.workload.generate import PAPER_DURATION
+
+            rate = nodes * executors / PAPER_DURATION
         c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1,
                            profile=profile)
-        return c.choice.estimate.plan, f"compiler's choice at {c.rate:.0f} tasks/s: {c.choice.why}"
+        at = f"{c.rate:.0f} tasks/s" if given else f"{c.rate:.0f} tasks/s (no rate given: the execution bound)"
+        return c.choice.estimate.plan, f"compiler's choice at {at}: {c.choice.why}"
     if plan.endswith(".json") or os.path.sep in plan:
         if not os.path.exists(plan):
             raise FileNotFoundError(f"plan file {plan!r} does not exist")
