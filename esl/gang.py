@@ -240,15 +240,18 @@ class Gang:
         if self._aa is not None:
             for node in take:
                 take[node][self._aa._token_name] = 1.0
-        with _res.cluster_lock("convert"):
+        with _res.cluster_lock("convert") as lock:
             state = _res.get_cluster_state(list(take))
             if set(state) != set(take):
                 return False
-            request = {}
+            request, read = {}, {}
             for node, t in take.items():
-                request[node] = {r: state[node].get(r, {}).get("total", 0.0) - v for r, v in t.items()}
+                read[node] = {r: state[node].get(r, {}).get("total", 0.0) for r in t}
+                request[node] = {r: read[node][r] - v for r, v in t.items()}
                 request[node].update(names[node])
-            replies = _res.resize_many(request, convert_from=_sources(take))
+            replies = _res.compare_and_resize(read, request, convert_from=_sources(take), lock=lock)
+            if replies is None:  # another process changed a total meanwhile: plan again from fresh state
+                return False
             short = False
             for node, t in take.items():
                 for r, v in t.items():
@@ -343,26 +346,29 @@ def _hand_back_many(jobs) -> List[str]:
     jobs = {n: j for n, j in jobs.items() if n in alive}  # dead node: nothing to give back
     if not jobs:
         return []
-    with _res.cluster_lock("convert"):
+    with _res.cluster_lock("convert") as lock:
         replies = _res.resize_many({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
-        gives = {}
+        gives, read, dues = {}, {}, {}
         unfinished = []
         for node, (taken, returned, left, resource_of) in jobs.items():
             reply = replies[node]
             still = {name: reply.get(name, 0.0) for name in left if reply.get(name, 0.0) > 0}
-            give = {}
             for r, amount in taken.items():
                 held = sum(v for name, v in still.items() if resource_of.get(name) == r)
                 due = amount - held - returned[r]
                 if due > 1e-9:
-                    give[r] = reply.get(r, 0.0) + due
-                    returned[r] += due
-            if give:
-                gives[node] = give
+                    read.setdefault(node, {})[r] = reply.get(r, 0.0)
+                    gives.setdefault(node, {})[r] = reply.get(r, 0.0) + due
+                    dues.setdefault(node, {})[r] = due
             left.clear()
             left.update(still)
             if still:
                 unfinished.append(node)
         if gives:
-            _res.resize_many(gives, convert_from=_sources(gives))
+            if _res.compare_and_resize(read, gives, convert_from=_sources(gives), lock=lock) is None:
+                # another process changed a total since the read: give the units back on the next call
+                return sorted(set(unfinished) | set(gives))
+            for node, d in dues.items():
+                for r, due in d.items():
+                    jobs[node][1][r] += due
     return unfinished

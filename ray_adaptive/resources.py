@@ -73,6 +73,7 @@ __all__ = [
     "resize_many",
     "check_capacities",
     "cluster_lock",
+    "compare_and_resize",
     "retry_until_done",
 ]
 
@@ -565,6 +566,35 @@ def resize_many(per_node: Mapping[str, Mapping[str, float]], *, convert_from: It
             if not created:
                 session.created.pop(node, None)
         return totals
+
+
+def compare_and_resize(expected: Mapping[str, Mapping[str, float]], targets: Mapping[str, Mapping[str, float]], *,
+                       convert_from: Iterable[str] = (), lock: Optional[raylet.ClusterLock] = None
+                       ) -> Optional[Dict[str, Dict[str, float]]]:
+    """:func:`resize_many` ``targets`` only if every total in ``expected`` (node -> name -> total, as
+    read before) is still what it was and ``lock`` (if given) is still held; None, and nothing
+    written, otherwise -- the caller reads again and retries.
+
+    The raylet sets totals, it cannot add to them, so a read-modify-write of a shared total (a
+    node's ``CPU``) loses another process's update if that process wrote in between: possible when
+    a holder of :func:`cluster_lock` stalls past its staleness and another takes the lock over. The
+    comparison leaves one RPC's time for that instead of the whole stall.
+
+    Example::
+
+        with cluster_lock("convert") as lock:
+            cpu = get_cluster_state([node])[node]["CPU"]["total"]
+            done = compare_and_resize({node: {"CPU": cpu}}, {node: {"CPU": cpu - 1, "my-gang-0": 1}},
+                                      convert_from=["CPU"], lock=lock)
+    """
+    if lock is not None and not lock.held():
+        return None
+    now = get_cluster_state(list(expected))
+    for node, totals in expected.items():
+        for name, total in totals.items():
+            if node not in now or not _same(now[node].get(name, {}).get("total", 0.0), total):
+                return None
+    return resize_many(targets, convert_from=convert_from)
 
 
 def check_capacities(capacities: Mapping[str, float], *, convert_from: Iterable[str] = ()) -> Dict[str, float]:

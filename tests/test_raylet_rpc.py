@@ -8,6 +8,9 @@ library builds on (create, resize, clamp to in-use, delete, GPU refused).
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 
 import pytest
 import ray
@@ -61,13 +64,32 @@ def test_check_ray_compat_names_a_missing_module(monkeypatch):
         raylet.check_ray_compat()
 
 
-def test_interceptor_still_adds_metadata_the_same_way():
-    from ray._private.authentication import grpc_authentication_client_interceptor as mod
+_TLS_PROBE = """
+from ray_adaptive import resources
+from ray_adaptive.local_multinode import local_cluster
 
-    interceptor = mod.SyncAuthenticationMetadataClientInterceptor()
-    assert callable(getattr(interceptor, "intercept_unary_unary", None)), (
-        "SyncAuthenticationMetadataClientInterceptor lost intercept_unary_unary"
-    )
+with local_cluster(num_nodes=1, num_cpus=1):
+    node = resources.set_resource("tls_probe", 2)[0]
+    assert resources.get_cluster_state()[node]["tls_probe"]["total"] == 2.0
+    resources.set_resource("tls_probe", 0)
+print("resized over TLS")
+"""
+
+
+def test_the_raylet_channel_follows_rays_tls_settings(tmp_path):
+    """On a cluster whose processes use TLS (RAY_USE_TLS=1 and certificates, Ray's settings), the
+    resize RPC reaches the raylet over TLS; a plaintext channel fails the handshake. Its own process:
+    the settings are environment variables every Ray process of that cluster reads."""
+    from ray._private.test_utils import generate_self_signed_tls_certs
+
+    cert, key = generate_self_signed_tls_certs()
+    (tmp_path / "server.crt").write_text(cert)
+    (tmp_path / "server.key").write_text(key)
+    env = {**os.environ, "RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": str(tmp_path / "server.crt"),
+           "RAY_TLS_SERVER_KEY": str(tmp_path / "server.key"), "RAY_TLS_CA_CERT": str(tmp_path / "server.crt")}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-c", _TLS_PROBE], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "resized over TLS" in out.stdout, out.stderr[-3000:]
 
 
 def test_node_table_fields(ray_cluster):

@@ -74,9 +74,15 @@ def _boot(d):
     assert _positive(d["cluster_up_s"]) and d["sigkilled_after_stop"] >= 0
 
 
+def _fuzz(d):
+    assert d["inputs"] > 0 and d["runs"] >= d["inputs"] and d["problems"] == 0, d
+    assert _positive(d["peak_rss_mib"])
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
-          "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot}
+          "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
+          "fuzz_inputs": _fuzz}
 
 
 def _release_tests() -> list:

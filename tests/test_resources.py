@@ -266,5 +266,35 @@ def test_cleanup_removes_everything(ray_cluster):
     assert not resources.created_resources()
 
 
+def test_a_stale_lock_holder_cannot_overwrite_what_the_next_holder_wrote(ray_cluster):
+    """Holder A reads a node's CPU total under the lock and stalls past its staleness; B takes the
+    lock over and converts a CPU unit. A's write of what it computed from its stale read must not
+    happen (it would give B's unit back to the node): compare_and_resize refuses it, and refuses a
+    changed total even to a holder that still holds the lock."""
+    from ray_adaptive._private.raylet import ClusterLock
+
+    node = ray.get_runtime_context().get_node_id()
+    cpu = lambda: resources.get_cluster_state([node])[node]["CPU"]["total"]  # noqa: E731
+    before = cpu()
+    a = ClusterLock("ray_adaptive.test-cas", stale_s=0.3)
+    a.acquire()
+    read = {node: {"CPU": before}}
+    time.sleep(0.5)  # A stalls
+    with ClusterLock("ray_adaptive.test-cas", stale_s=0.3) as b:  # B takes the stale lock over
+        assert not a.held() and b.held()
+        assert resources.compare_and_resize({node: {"CPU": before}}, {node: {"CPU": before - 1}},
+                                            convert_from=["CPU"], lock=b) is not None
+    try:
+        assert resources.compare_and_resize(read, {node: {"CPU": before - 1}}, convert_from=["CPU"], lock=a) is None
+        with ClusterLock("ray_adaptive.test-cas") as c:  # held, but the total moved since `read`
+            assert resources.compare_and_resize(read, {node: {"CPU": before - 2}}, convert_from=["CPU"],
+                                                lock=c) is None
+        assert cpu() == before - 1  # B's conversion stands
+    finally:
+        a.release()  # (no longer its: leaves the key alone)
+        resources.resize_many({node: {"CPU": before}}, convert_from=["CPU"])
+    assert cpu() == before
+
+
 def test_zz_no_leaks(ray_cluster):
     assert_no_leaks(ray_cluster)

@@ -46,10 +46,7 @@ _REQUIRED = (
     ("ray.core.generated.node_manager_pb2", "GetResourceLoadRequest"),
     ("ray.core.generated.node_manager_pb2", "GetResourceLoadReply"),
     ("ray.core.generated.node_manager_pb2_grpc", "NodeManagerServiceStub"),
-    (
-        "ray._private.authentication.grpc_authentication_client_interceptor",
-        "SyncAuthenticationMetadataClientInterceptor",
-    ),
+    ("ray._private.grpc_utils", "init_grpc_channel"),  # TLS and auth as Ray's own clients use them
     ("ray.experimental.internal_kv", "_internal_kv_put"),
     ("ray.experimental.internal_kv", "_internal_kv_get"),
     ("ray.experimental.internal_kv", "_internal_kv_del"),
@@ -230,22 +227,18 @@ class RayletClient:
         with self._lock:
             stub = self._stubs.get(node_id)
             if stub is None:
-                import grpc
-                from ray._private.authentication.grpc_authentication_client_interceptor import (
-                    SyncAuthenticationMetadataClientInterceptor,
-                )
+                from ray._private.grpc_utils import init_grpc_channel
                 from ray.core.generated import node_manager_pb2_grpc
 
-                target = f"{info.address}:{info.port}"
-                channel = grpc.intercept_channel(
-                    grpc.insecure_channel(
-                        target,
-                        options=[
-                            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                            ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                        ],
-                    ),
-                    SyncAuthenticationMetadataClientInterceptor(),
+                # Ray's own channel: TLS when the cluster uses it (RAY_USE_TLS and its
+                # certificates, as every Ray process reads them), the auth-token interceptor
+                # when token auth is on -- never the token over plaintext where Ray uses TLS.
+                channel = init_grpc_channel(
+                    f"{info.address}:{info.port}",
+                    options=[
+                        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                        ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                    ],
                 )
                 stub = node_manager_pb2_grpc.NodeManagerServiceStub(channel)
                 self._channels[node_id] = channel
@@ -405,7 +398,10 @@ class ClusterLock:
     """A best-effort mutex shared by every process of the cluster.
 
     Built on the GCS internal KV's put-if-absent. A holder that dies leaves
-    the key behind; it is taken over once older than ``stale_s``.
+    the key behind; it is taken over once older than ``stale_s``, so a holder
+    that merely stalled that long may wake up without it: writes that depend
+    on what was read under the lock check :meth:`held` and the values read
+    first (``resources.compare_and_resize``).
     Used to serialize read-modify-write changes of a node's ``CPU`` total.
     """
 
@@ -442,6 +438,14 @@ class ClusterLock:
                     f"{self._key.decode()!r}"
                 )
             time.sleep(self._poll_s)
+
+    def held(self) -> bool:
+        """Whether this holder still holds the lock: False once another process took it over as
+        stale (this one stalled past ``stale_s``) -- a write under it must not go ahead then."""
+        from ray.experimental import internal_kv
+
+        return self._token is not None and internal_kv._internal_kv_get(
+            self._key, namespace=_LOCK_NAMESPACE) == self._token
 
     def release(self) -> None:
         from ray.experimental import internal_kv
