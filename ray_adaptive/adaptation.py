@@ -8,7 +8,8 @@ burstiness and task durations summed over processes -- and switches the
 plan live when the controller says so (:meth:`PolicyRuntime.switch`).
 
 The controller looks its estimates up in a table the compiler computes
-ahead, in this thread, for this cluster (:func:`ray_adaptive.compiler.estimate_table`):
+ahead, for this cluster, in a Ray task this thread waits for
+(:func:`ray_adaptive.compiler.estimate_table`):
 first on the compiler's default workload for the policy, then again on the
 recorded workload whenever the measured mean task duration drifts more than
 ``REFRESH_DRIFT`` from the one the table was computed for. No evaluation

@@ -180,6 +180,12 @@ class PolicyRuntime:
         the old plan to its first under the new one (seconds; only switches while tasks waited)."""
         return {g: p for g, p in self.router.pauses}
 
+    def pause_parts(self) -> Dict[int, Dict[str, float]]:
+        """Generation -> where that switch's pause (:meth:`pauses`) went, in seconds: ``idle`` (no
+        decision here between the last one and the freeze: e.g. every node was full), ``frozen``
+        (the switch itself, freeze to resume) and ``after`` (resumed to the first decision)."""
+        return {g: {"idle": i, "frozen": f, "after": a} for g, i, f, a in self.router.pause_parts}
+
     def shutdown(self, timeout: float = 60.0) -> None:
         """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
         process also removes the actors and the slots."""
@@ -349,16 +355,20 @@ def _adaptive_settings(plan: Any, adaptive: dict):
 
 
 def _adapt(rt: "PolicyRuntime", settings, fractions, profile):
-    """Start the adaptive loop of ``rt`` (its estimate table is computed in the loop's thread)."""
+    """Start the adaptive loop of ``rt``; its estimate table is computed by a Ray task (``num_cpus=0``):
+    seconds of replays in this process would hold its GIL against the callers' submissions."""
+    import ray
+
     from ray_adaptive.adaptation import Adaptation
     from ray_adaptive.compiler import estimate_table
 
     n = rt.topology.nodes
     extra = {"fractions": tuple(fractions)} if fractions else {}
+    compute = ray.remote(num_cpus=0, max_retries=1)(estimate_table)
 
     def table_for(trace):
-        return estimate_table(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
-                              trace=trace, profile=profile, workers=1, **extra)
+        return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
+                                      trace=trace, profile=profile, workers=1, **extra))
 
     return Adaptation(rt, settings, table_for)
 

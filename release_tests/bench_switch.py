@@ -64,7 +64,8 @@ def _submitter_cls():
             self.stopped.set()
 
         def pauses(self):
-            return ra.runtime_of("drf_lb").pauses()
+            rt = ra.runtime_of("drf_lb")
+            return rt.pauses(), rt.pause_parts()
 
     return Submitter
 
@@ -110,18 +111,25 @@ def switches(pairs, n: int) -> dict:
             time.sleep(0.5)  # decisions under the new plan before the next switch
         stop.set()
         loader.join()
-        pauses = [rt.pauses(), *ray.get([s.pauses.remote() for s in subs])]
+        got = [(rt.pauses(), rt.pause_parts()), *ray.get([s.pauses.remote() for s in subs])]
+        pauses, parts = [p for p, _ in got], [q for _, q in got]
         for s in subs:
             s.stop.remote()
         ray.get(runs)
         for key, generations in gens.items():
             seen = [p[g] for p in pauses for g in generations if g in p]
+            split = [q[g] for q in parts for g in generations if g in q]
+            own = [x["frozen"] + x["after"] for x in split]  # the switch's own part: from the freeze on
             out[key] = {"switches": len(generations), "samples": len(seen),
+                        "own_p50_ms": round(1e3 * _pct(own, 0.5), 1), "own_p99_ms": round(1e3 * _pct(own, 0.99), 1),
+                        "pauses_ms": sorted(round(1e3 * x, 1) for x in seen),
+                        "parts_ms": [{k: round(1e3 * v, 1) for k, v in x.items()} for x in split],
                         "pause_p50_ms": round(1e3 * _pct(seen, 0.5), 1), "pause_p99_ms": round(1e3 * _pct(seen, 0.99), 1),
                         "pause_max_ms": round(1e3 * max(seen), 1),
                         "freeze_p50_ms": round(1e3 * statistics.median(freeze[key]), 1)}
             print(f"{key:>28}: pause p50 {out[key]['pause_p50_ms']} ms, p99 {out[key]['pause_p99_ms']} ms "
-                  f"({len(seen)} samples); freeze p50 {out[key]['freeze_p50_ms']} ms", flush=True)
+                  f"({len(seen)} samples; from the freeze on p50 {out[key]['own_p50_ms']}, p99 "
+                  f"{out[key]['own_p99_ms']} ms); freeze p50 {out[key]['freeze_p50_ms']} ms", flush=True)
         ra.shutdown()
         for s in subs:
             ray.kill(s)
@@ -167,15 +175,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true")
     ap.add_argument("--switches", type=int, default=20, help="switches per direction")
+    ap.add_argument("--pairs", default=None, help="only these pairs, e.g. centralized-decentralized,decentralized-hybrid")
+    ap.add_argument("--no-adaptive", action="store_true", help="switch pauses only")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    pairs = PAIRS if not args.pairs else [tuple(p.split("-")) for p in args.pairs.split(",")]
+    if not set(pairs) <= set(PAIRS):
+        ap.error(f"--pairs: each of {['-'.join(p) for p in PAIRS]}")
     from ray_adaptive.local_multinode import local_cluster
 
     with local_cluster(num_nodes=4, num_cpus=2):
         if args.smoke_test:
             result = {"switches": switches(PAIRS[:1], 1), "adaptive": adaptive_overhead(300, 1)}
         else:
-            result = {"switches": switches(PAIRS, args.switches), "adaptive": adaptive_overhead(3000, 5)}
+            result = {"switches": switches(pairs, args.switches)}
+            if not args.no_adaptive:
+                result["adaptive"] = adaptive_overhead(3000, 5)
     result["date"] = time.strftime("%Y-%m-%d")
     if args.out:
         with open(args.out, "w") as f:

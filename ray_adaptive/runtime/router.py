@@ -148,6 +148,9 @@ class Router:
         self._last_launch = 0.0  # (monotonic) the last decision launched: a switch's pause starts there
         self._pause_from: Optional[float] = None
         self.pauses: deque = deque(maxlen=1000)  # (generation, seconds without a decision) per switch
+        # ... and where that pause went: (generation, idle before the freeze, frozen, resumed to first decision)
+        self.pause_parts: deque = deque(maxlen=1000)
+        self._frozen_at = self._resumed_at = 0.0
         self.decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
         self._thread.start()
@@ -284,7 +287,10 @@ class Router:
                 self.stats.dispatched += len(launched)
                 self._last_launch = time.monotonic()
                 if self._pause_from is not None:  # the first decision after a switch
-                    self.pauses.append((self.topology.generation, self._last_launch - self._pause_from))
+                    g, now = self.topology.generation, self._last_launch
+                    self.pauses.append((g, now - self._pause_from))
+                    self.pause_parts.append((g, self._frozen_at - self._pause_from,
+                                             self._resumed_at - self._frozen_at, now - self._resumed_at))
                     self._pause_from = None
                 if self._waiters:
                     self._cond.notify_all()
@@ -314,7 +320,8 @@ class Router:
         :mod:`ray_adaptive.runtime.switch`); submissions and finishes wait here meanwhile."""
         with self._cond:
             self._frozen = True
-            self._pause_from = self._last_launch or time.monotonic()
+            self._frozen_at = time.monotonic()
+            self._pause_from = self._last_launch or self._frozen_at
             decider = self.decider
         if decider.thread_safe:  # (its thread may be launching: it takes this router's lock)
             handover = decider.freeze()
@@ -341,6 +348,7 @@ class Router:
             finished = [t.id for t in self._held_finished]
             old, self.decider, self.topology = self.decider, new, topology
             self._held, self._held_finished, self._expired = [], [], 0
+            self._resumed_at = time.monotonic()
             if not (arrived or new_tasks):
                 self._pause_from = None  # nothing waited: no pause to measure
             chosen = new.resume(running, arrived, new_tasks, topology.rebuild)
