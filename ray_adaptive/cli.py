@@ -417,9 +417,13 @@ def why(policy, task_id, address, as_json) -> None:
               help="The fewest tasks the compiler replays to choose a plan at each rate.")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
+@click.option("--adaptive", is_flag=True,
+              help="With a rate over time: an adaptive run too, the runtime's controller switching plans live.")
+@click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
+              help="Seconds a switch of the adaptive run pauses the schedulers (default 0.1).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, duration, arrivals, durations, limit,
-             seconds, warmup, every, window, seed, out_dir, no_progress) -> None:
+             seconds, warmup, every, window, seed, out_dir, adaptive, switch_pause, no_progress) -> None:
     """Simulate POLICY's plans on a workload: what each would deliver, and which the compiler would choose."""
     from ray_adaptive.experiments import simulate as S
 
@@ -436,6 +440,11 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             given = [round(exp.trace_rate, 1)]
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
+    if (adaptive or switch_pause is not None) and isinstance(given, list):
+        _fail("error: --adaptive needs a rate over time (e.g. --rates steps:0=200,5=800,10=200), "
+              f"found rates {', '.join(f'{r:g}' for r in given)}")
+    if switch_pause is not None and not adaptive:
+        _fail("error: --switch-pause is for --adaptive runs")
     from ray_adaptive.files import describe_os_error
 
     out = Path(out_dir)
@@ -473,8 +482,14 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             click.echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
         else:
             secs = seconds or file_seconds or 20.0
+            setup = None
+            if adaptive:
+                from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S
+
+                setup = S.adaptive_setup(exp, given, secs, profile, window=window, seed=seed,
+                                         pause_s=SWITCH_PAUSE_S if switch_pause is None else switch_pause)
             timeline, totals = S.run_profile(exp, names, given, secs, profile, every=every, seed=seed, progress=tick,
-                                             window=window)
+                                             window=window, adaptive=setup)
             import pandas as pd
 
             pd.DataFrame(timeline).to_csv(out / "timeline.csv", index=False)
@@ -491,6 +506,8 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
                                                 ("[at the peak rate]", "chosen_at_peak")) if t[k])
                 click.echo(f"  {t['plan']:<48} goodput {t['goodput']:8.1f}/s  JFI {t['jfi']:.3f}  "
                            f"CR {t['cr_sim']:.3f}  {mark}")
+                if t["plan"] == "adaptive":
+                    click.echo(S.format_switches(t))
             click.echo(f"wrote {out / 'timeline.csv'} and {fig.name}")
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")

@@ -50,7 +50,7 @@ from ray_adaptive.workload.scenario import load_scenario
 from ray_adaptive.workload.spec import WorkloadSpec, load_workload_spec, parse_tenants
 
 __all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
-           "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup"]
+           "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "format_switches"]
 
 PAPER_TENANTS = "a:1,b:1,greedy:3"
 DEFAULT_FRACTIONS = (0.4, 0.8, 1.0, 1.2, 1.6)
@@ -212,6 +212,13 @@ def _run(name: str, sim: PlanSim, every: float, on_epoch: Optional[Callable[[Epo
                   "goodput": m.goodput, "jfi": m.jfi, "cr_sim": m.cr["mean"], "offered": m.offered,
                   "dropped": m.dropped, "busy_s_per_1k": _busy_per_1k(sim), "events": sim.events,
                   "sim_s": round(time.perf_counter() - t0, 3)}
+
+
+def format_switches(total: dict) -> str:
+    """An adaptive run's switches, a line each (from its totals row)."""
+    head = f"    started with {total['started_with']}; {len(total['switches'])} switch(es) in {total['evaluations']} evaluations"
+    return "\n".join([head] + [f"    {x['time']:7.1f} s  {x['from']} -> {x['to']}  (measured {x['rate']:.0f} tasks/s; "
+                                f"{x['reason']})" for x in total["switches"]])
 
 
 def _both(*callbacks):
