@@ -325,10 +325,19 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
 @click.option("--ray", "on_ray", is_flag=True, help="Run it on a local Ray cluster through the runtime instead.")
 @click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=6, show_default=True,
               help="Nodes of the local Ray cluster (--ray).")
-def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes) -> None:
+@click.option("--adaptive", is_flag=True,
+              help="The adaptive run instead (simulated): low -> above the crossover -> far above -> low, vs C, D, H.")
+@click.option("--phase", "phase_s", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
+              help="Seconds per phase of --adaptive (default 20, quick 10).")
+@click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
+              help="Seconds a switch of --adaptive pauses the schedulers (default 0.1).")
+def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes, adaptive, phase_s,
+              switch_pause) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
+    if adaptive and on_ray:
+        _fail("error: --adaptive runs in the simulator; the adaptive runtime on Ray: ra.start(policy, plan=\"adaptive\")")
     if on_ray:
         from ray_adaptive.experiments.on_ray import reproduce_ray
 
@@ -336,6 +345,22 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
                       rates=rates, echo=click.echo)
         return
     from ray_adaptive.files import describe_os_error
+
+    if not adaptive and (phase_s is not None or switch_pause is not None):
+        _fail("error: --phase and --switch-pause are for --adaptive")
+    if adaptive:
+        from ray_adaptive.experiments.reproduce import reproduce_adaptive
+
+        if rates or seconds:
+            _fail("error: --adaptive runs its own phases (--phase sets their length), not --rates / --seconds")
+        try:
+            reproduce_adaptive(out_dir if out_dir != "out/reproduce" else "out/reproduce_adaptive", quick=quick,
+                               phase_s=phase_s, seed=seed, pause_s=switch_pause, echo=click.echo)
+        except (RayAdaptiveError, ValueError) as err:
+            _fail(f"error: {err}")
+        except OSError as err:
+            _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
+        return
 
     try:
         run(out_dir, quick=quick, rates=rates, seconds=seconds, seed=seed, measure=not no_measure,

@@ -50,7 +50,7 @@ from ray_adaptive.workload.scenario import load_scenario
 from ray_adaptive.workload.spec import WorkloadSpec, load_workload_spec, parse_tenants
 
 __all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
-           "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "format_switches"]
+           "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "adaptive_run", "format_switches"]
 
 PAPER_TENANTS = "a:1,b:1,greedy:3"
 DEFAULT_FRACTIONS = (0.4, 0.8, 1.0, 1.2, 1.6)
@@ -195,6 +195,26 @@ def adaptive_setup(exp: Experiment, rate: RateProfile, seconds: float, profile: 
     return Adaptive(table, runnable, settings or Settings(), pause_s)
 
 
+def _start(exp: Experiment, plan, lowered: LoweredPlan, analysis, sc, rate: RateProfile, profile: Profile,
+           seed: int) -> PlanSim:
+    """A run of ``plan`` on ``sc``, its nodes as busy as the plan keeps them at the profile's first rate."""
+    est = estimate_cost(plan, analysis, profile, exp.nodes, effective_parallelism(plan, sc, exp.nodes))
+    return PlanSim(lowered, sc, seed=seed, prefill=busy_level(rate.at(0.0), est.throughput, exp.capacity),
+                   cr_every=2)
+
+
+def adaptive_run(exp: Experiment, setup: Adaptive, sc, rate: RateProfile, profile: Profile,
+                 seed: int = 0) -> AdaptiveRun:
+    """The adaptive run of ``sc`` (not yet advanced): it starts with the compiler's choice at the
+    profile's first rate; pass its ``on_epoch`` to :func:`~ray_adaptive.sim.timeline.run_epochs`."""
+    analysis, space = plan_space(exp.policy, exp.nodes)
+    first = setup.table.at(rate.at(0.0))[1]
+    if first not in setup.plans:
+        raise ValueError(f"the compiler's choice at {rate.at(0.0):.0f} tasks/s, {first!r}, cannot run here")
+    sim = _start(exp, space[first], setup.plans[first], analysis, sc, rate, profile, seed)
+    return AdaptiveRun(sim, Controller(setup.table, setup.settings, first), setup.plans, setup.pause_s)
+
+
 def _busy_per_1k(sim: PlanSim) -> float:
     """The schedulers' busy seconds per 1,000 tasks decided (every plan in force: switched-from ones too)."""
     decided = sum(1 for t in sim.tasks if t.dispatched_at is not None)
@@ -255,10 +275,7 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
             chosen[what] = comp.choice.estimate.plan.name
 
     def start(plan_name: str, lowered: LoweredPlan) -> PlanSim:
-        plan = space[plan_name]
-        est = estimate_cost(plan, analysis, profile, exp.nodes, effective_parallelism(plan, sc, exp.nodes))
-        return PlanSim(lowered, sc, seed=seed, prefill=busy_level(rate.at(0.0), est.throughput, exp.capacity),
-                       cr_every=2)
+        return _start(exp, space[plan_name], lowered, analysis, sc, rate, profile, seed)
 
     timeline, totals = [], []
     for name in plans:
@@ -276,15 +293,11 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
             progress(name)
     if adaptive is not None:
         t0 = time.perf_counter()
-        first = adaptive.table.at(rate.at(0.0))[1]  # the compiler's choice at the first rate
-        if first not in adaptive.plans:
-            raise ValueError(f"the compiler's choice at {rate.at(0.0):.0f} tasks/s, {first!r}, cannot run here")
-        sim = start(first, adaptive.plans[first])
-        run = AdaptiveRun(sim, Controller(adaptive.table, adaptive.settings, first), adaptive.plans,
-                          adaptive.pause_s)
-        rows, total = _run("adaptive", sim, every, _both(run.on_epoch, on_epoch), t0)
+        run = adaptive_run(exp, adaptive, sc, rate, profile, seed)
+        rows, total = _run("adaptive", run.sim, every, _both(run.on_epoch, on_epoch), t0)
         timeline += rows
-        totals.append({**total, "chosen_at_mean": False, "chosen_at_peak": False, "started_with": first,
+        totals.append({**total, "chosen_at_mean": False, "chosen_at_peak": False,
+                       "started_with": run.history[0].from_plan if run.history else run.sim.plan.name,
                        "switches": [x.as_dict() for x in run.history], "evaluations": len(run.evaluations)})
         if progress:
             progress("adaptive")
