@@ -110,14 +110,17 @@ def bench_adaptive_ramp(nodes: int, phase_s: float, window: int) -> dict:
     run = adaptive_run(exp, setup, sc, profile, FIXED)
     sim = run.sim
     t0, c0 = time.perf_counter(), time.process_time()
-    run_epochs(sim, settings.every_s, on_epoch=run.on_epoch)
+    epochs = run_epochs(sim, settings.every_s, on_epoch=run.on_epoch)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    # (a phase's figures over the whole phase, the plans in force from its evaluation epochs)
     phases = [epoch_of(sim, i * phase_s, (i + 1) * phase_s) for i in range(len(RAMP))]
+    in_force = [list(dict.fromkeys(e.plan for e in epochs if i * phase_s <= e.start < (i + 1) * phase_s))
+                for i in range(len(RAMP))]
     return {"nodes": nodes, "tasks": len(sc.tasks), "table_s": round(table_s, 2), "events": sim.events,
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "events_per_s": round(sim.events / wall),
             "events_per_cpu_s": round(sim.events / cpu), "evaluations": len(run.evaluations),
             "switches": [x.as_dict() for x in run.history],
-            "phases": [{**_phase(e), "plans": sorted({e.plan for e in [e]})} for e in phases]}
+            "phases": [{**_phase(e), "in_force": plans} for e, plans in zip(phases, in_force)]}
 
 
 def main() -> None:
@@ -143,7 +146,7 @@ def main() -> None:
         phases = "  ".join(f"{p['goodput']:.0f}/s jfi {p['jfi']:.2f} cr {p['cr']:.2f}" for p in x["phases"])
         print(f"  {name:<40} {x['events']:>9,} events in {x['wall_s']:.1f} s ({x['events_per_s']:,} events/s wall, "
               f"{x['events_per_cpu_s']:,}/CPU s) | {phases}")
-    ad = bench_adaptive_ramp(100, 0.6, 100) if smoke else bench_adaptive_ramp(1000, 1.5, 400)
+    ad = bench_adaptive_ramp(100, 0.6, 50) if smoke else bench_adaptive_ramp(1000, 1.5, 400)
     figures["adaptive_ramp"] = ad
     print(f"\nadaptive ramp on {ad['nodes']} nodes ({ad['tasks']:,} tasks; estimate table in {ad['table_s']} s): "
           f"{ad['events']:,} events in {ad['wall_s']:.1f} s ({ad['events_per_s']:,} events/s wall, "

@@ -204,3 +204,27 @@ def test_adaptive_run_checks_its_controller():
         AdaptiveRun(sim, Controller(table(), QUICK, C), {C: lowered(C)})
     with pytest.raises(ValueError, match="pause_s must be"):
         AdaptiveRun(sim, Controller(table(), QUICK, H), {C: lowered(C)}, pause_s=math.inf)
+
+
+def test_reproduce_adaptive_cli(tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "estimate_table", fake_table)
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(main, ["reproduce", "--adaptive", "--phase", "1", "--switch-pause", "0.05",
+                                  "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    df = pd.read_csv(out / "adaptive_phases.csv")
+    assert set(df["plan"]) == {C, D, H, "adaptive"} and sorted(set(df["phase"])) == [1, 2, 3, 4]
+    assert df[["goodput", "jfi", "busy_s_per_1k_run"]].notna().all().all()
+    assert "started with centralized" in r.output and (out / "timeline.png").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--adaptive", "--rates", "200,400"], "--adaptive runs its own phases"),
+    (["--phase", "5"], "--phase and --switch-pause are for --adaptive"),
+    (["--adaptive", "--ray"], "--adaptive runs in the simulator"),
+])
+def test_reproduce_adaptive_cli_errors(args, says, tmp_path):
+    r = CliRunner().invoke(main, ["reproduce", "--out", str(tmp_path), *args])
+    assert r.exit_code != 0 and says in r.output, r.output
