@@ -47,6 +47,10 @@ schedulers that take time and see only part of the truth:
   (two steps) the ideal chooses among the tasks that had arrived when the
   selector picked.
 
+**Live switches** (:meth:`PlanSim.switch`): a run hands its tasks, State and
+running set over to another plan's schedulers, as the runtime's switch does;
+the adaptive controller drives that in :mod:`ray_adaptive.sim.adaptive`.
+
 Deterministic for a seed.
 
 Why two drivers of one decision step: the runtime decides in batches, as
