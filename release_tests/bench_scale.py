@@ -119,6 +119,7 @@ def bench_adaptive_ramp(nodes: int, phase_s: float, window: int) -> dict:
     return {"nodes": nodes, "tasks": len(sc.tasks), "table_s": round(table_s, 2), "events": sim.events,
             "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "events_per_s": round(sim.events / wall),
             "events_per_cpu_s": round(sim.events / cpu), "evaluations": len(run.evaluations),
+            "choices": [setup.table.at(f * exp.capacity)[1] for f in RAMP],  # (the table's, per phase)
             "switches": [x.as_dict() for x in run.history],
             "phases": [{**_phase(e), "in_force": plans} for e, plans in zip(phases, in_force)]}
 
@@ -151,6 +152,7 @@ def main() -> None:
     print(f"\nadaptive ramp on {ad['nodes']} nodes ({ad['tasks']:,} tasks; estimate table in {ad['table_s']} s): "
           f"{ad['events']:,} events in {ad['wall_s']:.1f} s ({ad['events_per_s']:,} events/s wall, "
           f"{ad['events_per_cpu_s']:,}/CPU s), {len(ad['switches'])} switch(es) in {ad['evaluations']} evaluations")
+    print("  the estimate table's choice per phase: " + ", ".join(ad["choices"]))
     for x in ad["switches"]:
         print(f"  {x['time']:6.2f} s  {x['from']} -> {x['to']} (measured {x['rate']:.0f} tasks/s; {x['reason']})")
     print("  | " + "  ".join(f"{p['goodput']:.0f}/s jfi {p['jfi']:.2f} cr {p['cr']:.2f}" for p in ad["phases"]))
