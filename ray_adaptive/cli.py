@@ -325,10 +325,19 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
 @click.option("--ray", "on_ray", is_flag=True, help="Run it on a local Ray cluster through the runtime instead.")
 @click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=6, show_default=True,
               help="Nodes of the local Ray cluster (--ray).")
-def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes) -> None:
+@click.option("--adaptive", is_flag=True,
+              help="The adaptive run instead (simulated): low -> above the crossover -> far above -> low, vs C, D, H.")
+@click.option("--phase", "phase_s", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
+              help="Seconds per phase of --adaptive (default 20, quick 10).")
+@click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
+              help="Seconds a switch of --adaptive pauses the schedulers (default 0.1).")
+def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes, adaptive, phase_s,
+              switch_pause) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
+    if adaptive and on_ray:
+        _fail("error: --adaptive runs in the simulator; the adaptive runtime on Ray: ra.start(policy, plan=\"adaptive\")")
     if on_ray:
         from ray_adaptive.experiments.on_ray import reproduce_ray
 
@@ -336,6 +345,22 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
                       rates=rates, echo=click.echo)
         return
     from ray_adaptive.files import describe_os_error
+
+    if not adaptive and (phase_s is not None or switch_pause is not None):
+        _fail("error: --phase and --switch-pause are for --adaptive")
+    if adaptive:
+        from ray_adaptive.experiments.reproduce import reproduce_adaptive
+
+        if rates or seconds:
+            _fail("error: --adaptive runs its own phases (--phase sets their length), not --rates / --seconds")
+        try:
+            reproduce_adaptive(out_dir if out_dir != "out/reproduce" else "out/reproduce_adaptive", quick=quick,
+                               phase_s=phase_s, seed=seed, pause_s=switch_pause, echo=click.echo)
+        except (RayAdaptiveError, ValueError) as err:
+            _fail(f"error: {err}")
+        except OSError as err:
+            _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
+        return
 
     try:
         run(out_dir, quick=quick, rates=rates, seconds=seconds, seed=seed, measure=not no_measure,
@@ -417,9 +442,13 @@ def why(policy, task_id, address, as_json) -> None:
               help="The fewest tasks the compiler replays to choose a plan at each rate.")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out/simulate", show_default=True, help="Folder for the CSV and the PNGs.")
+@click.option("--adaptive", is_flag=True,
+              help="With a rate over time: an adaptive run too, the runtime's controller switching plans live.")
+@click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
+              help="Seconds a switch of the adaptive run pauses the schedulers (default 0.1).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, duration, arrivals, durations, limit,
-             seconds, warmup, every, window, seed, out_dir, no_progress) -> None:
+             seconds, warmup, every, window, seed, out_dir, adaptive, switch_pause, no_progress) -> None:
     """Simulate POLICY's plans on a workload: what each would deliver, and which the compiler would choose."""
     from ray_adaptive.experiments import simulate as S
 
@@ -436,6 +465,11 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             given = [round(exp.trace_rate, 1)]
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
+    if (adaptive or switch_pause is not None) and isinstance(given, list):
+        _fail("error: --adaptive needs a rate over time (e.g. --rates steps:0=200,5=800,10=200), "
+              f"found rates {', '.join(f'{r:g}' for r in given)}")
+    if switch_pause is not None and not adaptive:
+        _fail("error: --switch-pause is for --adaptive runs")
     from ray_adaptive.files import describe_os_error
 
     out = Path(out_dir)
@@ -473,8 +507,14 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             click.echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
         else:
             secs = seconds or file_seconds or 20.0
+            setup = None
+            if adaptive:
+                from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S
+
+                setup = S.adaptive_setup(exp, given, secs, profile, window=window, seed=seed,
+                                         pause_s=SWITCH_PAUSE_S if switch_pause is None else switch_pause)
             timeline, totals = S.run_profile(exp, names, given, secs, profile, every=every, seed=seed, progress=tick,
-                                             window=window)
+                                             window=window, adaptive=setup)
             import pandas as pd
 
             pd.DataFrame(timeline).to_csv(out / "timeline.csv", index=False)
@@ -491,6 +531,8 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
                                                 ("[at the peak rate]", "chosen_at_peak")) if t[k])
                 click.echo(f"  {t['plan']:<48} goodput {t['goodput']:8.1f}/s  JFI {t['jfi']:.3f}  "
                            f"CR {t['cr_sim']:.3f}  {mark}")
+                if t["plan"] == "adaptive":
+                    click.echo(S.format_switches(t))
             click.echo(f"wrote {out / 'timeline.csv'} and {fig.name}")
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")

@@ -67,6 +67,9 @@ def _check_estimates(d):
 def _scale(d):
     assert all(_positive(r["wall_s_median"]) and r["choice"] for r in d["compile"])
     assert all(_positive(x["events_per_s"]) and x["phases"] for x in d["ramp"]["plans"].values())
+    ad = d["adaptive_ramp"]
+    assert _positive(ad["events_per_s"]) and _positive(ad["wall_s"]) and len(ad["phases"]) == 5
+    assert ad["evaluations"] > 0 and all({"time", "from", "to", "reason", "rate"} <= set(x) for x in ad["switches"])
 
 
 def _boot(d):

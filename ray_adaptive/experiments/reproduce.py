@@ -13,6 +13,10 @@ the sweep:
 * the compiler compiles DRF-LB for that rate (on a window of the same
   workload) and its choice among *all* plans is simulated too.
 
+``reproduce --adaptive`` (:func:`reproduce_adaptive`) runs the same workload
+on a rate that changes -- low, above the crossover, far above, low again --
+under the adaptive controller and under each of the three plans, per phase.
+
 Out come a CSV of every run, four PNG figures (goodput vs rate, JFI vs rate
 -- the paper's Figure 2; estimated vs simulated goodput, competitive ratio
 vs JFI -- Figure 5), and Table 1 computed from the data next to the
@@ -35,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from ray_adaptive.adapt import Settings
 from ray_adaptive.compiler import Profile, analyze
 from ray_adaptive.compiler.pipeline import measured_profile, workload_window
 from ray_adaptive.dsl import load_policy
@@ -44,9 +49,15 @@ from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.workload.generate import PAPER_DURATION
 
 __all__ = ["Experiment", "PAPER", "WORKLOADS", "PAPER_PLANS", "sweep", "table1", "agreement", "choice_agreement",
-           "best_plans", "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES"]
+           "best_plans", "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES", "ADAPTIVE_PHASES",
+           "reproduce_adaptive", "phase_settings"]
 
 DEFAULT_RATES = (150, 300, 380, 420, 460, 500, 540, 620, 750, 900)
+#: The adaptive run's phases, x the execution bound (~510 tasks/s): low (a centralized plan carries it
+#: within the limit), above the crossover (the centralized plans saturate near 450; a decentralized one
+#: carries it, its ratio still within 1.2), far above (only the hybrid stays within the limit), low again.
+#: Per the compiler's estimates on this workload (printed by the command: the table's choice per phase).
+ADAPTIVE_PHASES = (0.4, 1.0, 1.6, 0.4)
 QUICK_RATES = (200, 350, 430, 490, 650, 850)
 
 PAPER = Experiment()
@@ -238,3 +249,75 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
     echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
     return {"rows": rows, "bands": bands, "elapsed_s": elapsed, "events": events, "figures": figures,
             "csv": out / "sweep.csv", "profile": profile}
+
+
+def phase_settings(phase_s: float) -> Settings:
+    """The controller's settings for phases of ``phase_s``: the runtime's defaults at 20 s phases
+    (evaluations every 2 s over 5 s, three in a row, 10 s of dwell), scaled with the phase -- so that a
+    shorter run reacts within a phase, as the runtime does within a 20 s one."""
+    return Settings(every_s=phase_s / 10, window_s=phase_s / 4, consecutive=3, dwell_s=phase_s / 2)
+
+
+def _phase_rows(timeline: Sequence[dict], phase_s: float, rates: Sequence[float]) -> list[dict]:
+    """Per run and phase: goodput and JFI (the mean of its epochs: they are of equal length), the
+    competitive ratio (its decisions' mean), the plans in force."""
+    rows = []
+    for name in dict.fromkeys(r["plan"] for r in timeline):
+        for i, rate in enumerate(rates):
+            es = [r for r in timeline if r["plan"] == name and i * phase_s <= r["start"] < (i + 1) * phase_s]
+            n = sum(e["decisions"] for e in es if not math.isnan(e["cr"]))
+            cr = sum(e["cr"] * e["decisions"] for e in es if not math.isnan(e["cr"])) / n if n else math.nan
+            rows.append({"plan": name, "phase": i + 1, "rate": round(rate, 1),
+                         "goodput": round(sum(e["goodput"] for e in es) / len(es), 1),
+                         "jfi": round(sum(e["jfi"] for e in es) / len(es), 4), "cr": round(cr, 4),
+                         "in_force": ", ".join(dict.fromkeys(e["in_force"] for e in es))})
+    return rows
+
+
+def reproduce_adaptive(out_dir: "str | Path" = "out/reproduce_adaptive", quick: bool = False,
+                       phase_s: Optional[float] = None, seed: int = 0, pause_s: Optional[float] = None,
+                       echo: Callable[[str], None] = print) -> dict:
+    """DRF-LB on the paper's tenants at :data:`ADAPTIVE_PHASES`, adaptive and under C, D and H: per phase
+    goodput, JFI and competitive ratio; ``adaptive_phases.csv``, ``timeline.csv`` and ``timeline.png``."""
+    import pandas as pd
+
+    from ray_adaptive.experiments.simulate import adaptive_setup, format_switches, plot_timeline, run_profile
+    from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S
+    from ray_adaptive.workload.rates import RateProfile
+
+    phase_s = phase_s or (10.0 if quick else 20.0)
+    if not 0 < phase_s < math.inf:
+        raise ValueError(f"a phase must last a finite number of seconds > 0, found {phase_s}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rates = [f * PAPER.capacity for f in ADAPTIVE_PHASES]
+    profile_ = RateProfile("steps", points=tuple((i * phase_s, r) for i, r in enumerate(rates)))
+    seconds = phase_s * len(rates)
+    window = 200 if quick else 400
+    start = time.perf_counter()
+    setup = adaptive_setup(PAPER, profile_, seconds, Profile(), window=window, seed=seed,
+                           settings=phase_settings(phase_s), pause_s=SWITCH_PAUSE_S if pause_s is None else pause_s)
+    echo("The compiler's choice per phase (the estimate table's): " +
+         "; ".join(f"{r:.0f} tasks/s: {setup.table.at(r)[1]}" for r in rates))
+    timeline, totals = run_profile(PAPER, list(PAPER_PLANS.values()), profile_, seconds, Profile(), every=0.5,
+                                   seed=seed, window=window, adaptive=setup)
+    rows = _phase_rows(timeline, phase_s, rates)
+    busy = {t["plan"]: t.get("busy_s_per_1k") for t in totals}
+    for r in rows:
+        r["busy_s_per_1k_run"] = busy.get(r["plan"])
+    pd.DataFrame(rows).to_csv(out / "adaptive_phases.csv", index=False)
+    pd.DataFrame(timeline).to_csv(out / "timeline.csv", index=False)
+    fig = plot_timeline(timeline, out, title="drf_lb: adaptive vs C, D, H")
+    elapsed = time.perf_counter() - start
+    echo(f"{len(rates)} phases of {phase_s:g} s, {len(totals)} runs, in {elapsed:.1f} s")
+    head = ("run", "phase", "rate", "goodput", "JFI", "CR", "plan(s) in force", "busy s/1k tasks (run)")
+    lines = [(r["plan"], r["phase"], f"{r['rate']:.0f}", f"{r['goodput']:.0f}", f"{r['jfi']:.3f}", f"{r['cr']:.3f}",
+              r["in_force"] if r["plan"] == "adaptive" else "", r["busy_s_per_1k_run"]) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    echo("\n".join([line(head), line(["-" * w for w in widths])] + [line(x) for x in lines]))
+    adaptive = next(t for t in totals if t["plan"] == "adaptive")
+    echo(format_switches(adaptive))
+    echo(f"wrote {out / 'adaptive_phases.csv'}, {out / 'timeline.csv'} and {fig.name}")
+    return {"phases": rows, "totals": totals, "timeline": timeline, "elapsed_s": elapsed, "figure": fig,
+            "switches": adaptive["switches"]}

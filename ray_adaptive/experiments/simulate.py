@@ -17,29 +17,32 @@ profile: steps, a ramp, a diurnal sine, bursts). Out come the same files as
   each plan's totals beside the compiler's static choice at the profile's
   mean and peak rates.
 
-**Where an adaptive run plugs in.** A time-varying run advances each plan's
-simulation an epoch at a time (:func:`~ray_adaptive.sim.timeline.run_epochs`)
-and hands every epoch's figures to :func:`run_profile`'s ``on_epoch``
-callback, with the running simulation. A controller deciding "keep, or
-switch to plan P" belongs there: it reads the epoch (the monitor's window),
-and a switch replaces the simulation of the plan in force by one of P that
-takes over its pending tasks, State and running set -- the epochs carry the
-name of the plan in force, so the timeline and its figure show switches as
-they are.
+**The adaptive run** (``--adaptive``). Beside the static plans, the same
+workload under the runtime's adaptive controller
+(:class:`~ray_adaptive.sim.adaptive.AdaptiveRun`): the compiler's estimate
+table for the simulated cluster (:func:`adaptive_setup`), the controller
+evaluated every ``every_s`` on the simulated workload, each switch verdict
+switching the simulation live with a pause. Its timeline rows are named
+``adaptive`` and carry the plan in force (``in_force``); its totals row
+lists its switches.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-from ray_adaptive.compiler import Profile, compile_policy, lower
+from ray_adaptive.adapt import Controller, EstimateTable, Settings
+from ray_adaptive.compiler import Profile, compile_policy, estimate_table, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.experiments.sweep import choice_agreement, plan_space, sweep, trace_seconds
 from ray_adaptive.experiments.workload import Experiment
+from ray_adaptive.plan import LoweredPlan
+from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S, AdaptiveRun
 from ray_adaptive.sim.plan_sim import PlanSim, periodic_overload
 from ray_adaptive.sim.timeline import Epoch, run_epochs
 from ray_adaptive.workload.rates import RateProfile, parse_profile
@@ -47,7 +50,7 @@ from ray_adaptive.workload.scenario import load_scenario
 from ray_adaptive.workload.spec import WorkloadSpec, load_workload_spec, parse_tenants
 
 __all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
-           "plot_sweep", "plot_timeline"]
+           "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "adaptive_run", "format_switches"]
 
 PAPER_TENANTS = "a:1,b:1,greedy:3"
 DEFAULT_FRACTIONS = (0.4, 0.8, 1.0, 1.2, 1.6)
@@ -164,14 +167,99 @@ def _fmt(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
+@dataclass(frozen=True)
+class Adaptive:
+    """What an adaptive simulated run needs: the compiler's estimate table for the simulated cluster,
+    every plan of it lowered (those that can run), the controller's settings and a switch's pause."""
+
+    table: EstimateTable
+    plans: Mapping[str, LoweredPlan]
+    settings: Settings = field(default_factory=Settings)
+    pause_s: float = SWITCH_PAUSE_S
+
+
+def adaptive_setup(exp: Experiment, rate: RateProfile, seconds: float, profile: Profile, *, window: int = 600,
+                   seed: int = 0, settings: Optional[Settings] = None, pause_s: float = SWITCH_PAUSE_S,
+                   fractions: Optional[Sequence[float]] = None) -> Adaptive:
+    """The estimate table on the experiment's workload (a window of it at the profile's mean rate, scaled
+    to each grid rate: its mix and durations kept), and every plan that can run here, lowered."""
+    analysis, space = plan_space(exp.policy, exp.nodes)
+    mean = rate.mean(seconds)
+    trace = exp.workload(mean, trace_seconds(mean, window), seed=seed + 1).tasks
+    kw = {"fractions": tuple(fractions)} if fractions else {}
+    table = estimate_table(load_policy(exp.policy), nodes=exp.nodes, executors=exp.executors, queue=exp.queue,
+                           trace=trace, profile=profile, measure=False, window=window, limit=exp.limit, seed=seed,
+                           workers=1, **kw)
+    lowered = {p.name: lower(space[p.name], analysis, profile, exp.nodes) for p in table.plans}
+    runnable = {name: lp for name, lp in lowered.items() if not periodic_overload(lp)}
+    return Adaptive(table, runnable, settings or Settings(), pause_s)
+
+
+def _start(exp: Experiment, plan, lowered: LoweredPlan, analysis, sc, rate: RateProfile, profile: Profile,
+           seed: int) -> PlanSim:
+    """A run of ``plan`` on ``sc``, its nodes as busy as the plan keeps them at the profile's first rate."""
+    est = estimate_cost(plan, analysis, profile, exp.nodes, effective_parallelism(plan, sc, exp.nodes))
+    return PlanSim(lowered, sc, seed=seed, prefill=busy_level(rate.at(0.0), est.throughput, exp.capacity),
+                   cr_every=2)
+
+
+def adaptive_run(exp: Experiment, setup: Adaptive, sc, rate: RateProfile, profile: Profile,
+                 seed: int = 0) -> AdaptiveRun:
+    """The adaptive run of ``sc`` (not yet advanced): it starts with the compiler's choice at the
+    profile's first rate; pass its ``on_epoch`` to :func:`~ray_adaptive.sim.timeline.run_epochs`."""
+    analysis, space = plan_space(exp.policy, exp.nodes)
+    first = setup.table.at(rate.at(0.0))[1]
+    if first not in setup.plans:
+        raise ValueError(f"the compiler's choice at {rate.at(0.0):.0f} tasks/s, {first!r}, cannot run here")
+    sim = _start(exp, space[first], setup.plans[first], analysis, sc, rate, profile, seed)
+    return AdaptiveRun(sim, Controller(setup.table, setup.settings, first), setup.plans, setup.pause_s)
+
+
+def _busy_per_1k(sim: PlanSim) -> float:
+    """The schedulers' busy seconds per 1,000 tasks decided (every plan in force: switched-from ones too)."""
+    decided = sum(1 for t in sim.tasks if t.dispatched_at is not None)
+    busy = sum(s.busy_s for s in sim.result().schedulers)
+    return round(1e3 * busy / decided, 4) if decided else math.nan
+
+
+def _run(name: str, sim: PlanSim, every: float, on_epoch: Optional[Callable[[Epoch, PlanSim], None]],
+         t0: float) -> tuple[list[dict], dict]:
+    """Run ``sim`` epoch by epoch: its timeline rows (the plan in force in ``in_force``) and its totals."""
+    epochs = run_epochs(sim, every, on_epoch=on_epoch)
+    m = sim.result().metrics()
+    rows = [{**e.as_dict(), "plan": name, "in_force": e.plan} for e in epochs]
+    return rows, {"plan": name, "architecture": sim.plan.architecture.value if name != "adaptive" else "adaptive",
+                  "goodput": m.goodput, "jfi": m.jfi, "cr_sim": m.cr["mean"], "offered": m.offered,
+                  "dropped": m.dropped, "busy_s_per_1k": _busy_per_1k(sim), "events": sim.events,
+                  "sim_s": round(time.perf_counter() - t0, 3)}
+
+
+def format_switches(total: dict) -> str:
+    """An adaptive run's switches, a line each (from its totals row)."""
+    head = f"    started with {total['started_with']}; {len(total['switches'])} switch(es) in {total['evaluations']} evaluations"
+    return "\n".join([head] + [f"    {x['time']:7.1f} s  {x['from']} -> {x['to']}  (measured {x['rate']:.0f} tasks/s; "
+                                f"{x['reason']})" for x in total["switches"]])
+
+
+def _both(*callbacks):
+    """One ``on_epoch`` calling each given one in turn."""
+    given = [c for c in callbacks if c is not None]
+
+    def on_epoch(e: Epoch, sim: PlanSim) -> None:
+        for c in given:
+            c(e, sim)
+    return on_epoch
+
+
 def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, seconds: float, profile: Profile,
                 every: float = 0.5, seed: int = 0, progress: Optional[Callable[[str], None]] = None,
                 on_epoch: Optional[Callable[[Epoch, PlanSim], None]] = None,
-                window: int = 600) -> tuple[list[dict], list[dict]]:
-    """Every plan under a rate that changes over time, epoch by epoch (see the module doc for ``on_epoch``).
+                window: int = 600, adaptive: Optional[Adaptive] = None) -> tuple[list[dict], list[dict]]:
+    """Every plan under a rate that changes over time, epoch by epoch (``on_epoch(epoch, sim)`` after
+    each), and with ``adaptive`` the adaptive run too (see the module doc).
 
     Returns (timeline rows: one per epoch and plan; summary rows: one per plan, with the compiler's
-    choice at the profile's mean and peak rates marked).
+    choice at the profile's mean and peak rates marked; the adaptive run's with its ``switches``).
     """
     analysis, space = plan_space(exp.policy, exp.nodes)
     sc = exp.workload(0.0, seconds, seed=seed, profile=rate)
@@ -185,27 +273,34 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
                                   queue=exp.queue, profile=profile, measure=False, limit=exp.limit, seed=seed,
                                   window=window, workers=1)
             chosen[what] = comp.choice.estimate.plan.name
+
+    def start(plan_name: str, lowered: LoweredPlan) -> PlanSim:
+        return _start(exp, space[plan_name], lowered, analysis, sc, rate, profile, seed)
+
     timeline, totals = [], []
     for name in plans:
-        plan = space[name]
-        lowered = lower(plan, analysis, profile, exp.nodes)
+        lowered = lower(space[name], analysis, profile, exp.nodes)
         why = periodic_overload(lowered)
         if why:
             totals.append({"plan": name, "cannot_run": why})
             continue
-        est = estimate_cost(plan, analysis, profile, exp.nodes, effective_parallelism(plan, sc, exp.nodes))
         t0 = time.perf_counter()
-        sim = PlanSim(lowered, sc, seed=seed, prefill=busy_level(rate.at(0.0), est.throughput, exp.capacity),
-                      cr_every=2)
-        epochs = run_epochs(sim, every, on_epoch=on_epoch)
-        timeline += [{**e.as_dict(), "plan": name} for e in epochs]
-        m = sim.result().metrics()
-        totals.append({"plan": name, "architecture": plan.architecture.value, "goodput": m.goodput, "jfi": m.jfi,
-                       "cr_sim": m.cr["mean"], "offered": m.offered, "dropped": m.dropped,
-                       "chosen_at_mean": chosen.get("mean") == name, "chosen_at_peak": chosen.get("peak") == name,
-                       "events": sim.events, "sim_s": round(time.perf_counter() - t0, 3)})
+        rows, total = _run(name, start(name, lowered), every, on_epoch, t0)
+        timeline += rows
+        totals.append({**total, "chosen_at_mean": chosen.get("mean") == name,
+                       "chosen_at_peak": chosen.get("peak") == name})
         if progress:
             progress(name)
+    if adaptive is not None:
+        t0 = time.perf_counter()
+        run = adaptive_run(exp, adaptive, sc, rate, profile, seed)
+        rows, total = _run("adaptive", run.sim, every, _both(run.on_epoch, on_epoch), t0)
+        timeline += rows
+        totals.append({**total, "chosen_at_mean": False, "chosen_at_peak": False,
+                       "started_with": run.history[0].from_plan if run.history else run.sim.plan.name,
+                       "switches": [x.as_dict() for x in run.history], "evaluations": len(run.evaluations)})
+        if progress:
+            progress("adaptive")
     return timeline, totals
 
 
@@ -261,23 +356,32 @@ def plot_sweep(rows: Sequence[dict], out_dir: Path, capacity: float, title: str 
 
 
 def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "") -> Path:
-    """Offered rate and goodput, JFI and competitive ratio over time, per plan."""
+    """Offered rate and goodput, JFI and competitive ratio over time, per plan; with an adaptive run, the
+    plan it had in force over time too (a panel below)."""
     plt = _pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(r["plan"] for r in timeline))
-    fig, axes = plt.subplots(3, 1, figsize=(7, 7.5), sharex=True)
+    adaptive = [r for r in timeline if r["plan"] == "adaptive"]
+    fig, axes = plt.subplots(4 if adaptive else 3, 1, figsize=(7, 9.5 if adaptive else 7.5), sharex=True)
     first = [r for r in timeline if r["plan"] == names[0]] if names else []
     axes[0].plot([r["start"] for r in first], [r["offered"] for r in first], "k:", label="offered")
     for n in names:
         rs = [r for r in timeline if r["plan"] == n]
         xs = [r["start"] for r in rs]
-        axes[0].plot(xs, [r["goodput"] for r in rs], label=n)
-        axes[1].plot(xs, [r["jfi"] for r in rs], label=n)
-        axes[2].plot(xs, [r["cr"] for r in rs], label=n)
+        style = {"color": "black", "linewidth": 2} if n == "adaptive" else {}
+        axes[0].plot(xs, [r["goodput"] for r in rs], label=n, **style)
+        axes[1].plot(xs, [r["jfi"] for r in rs], label=n, **style)
+        axes[2].plot(xs, [r["cr"] for r in rs], label=n, **style)
     axes[0].set(ylabel="tasks/s", title=title)
     axes[1].set(ylabel="Jain's index")
-    axes[2].set(ylabel="competitive ratio", xlabel="time (s)")
+    axes[2].set(ylabel="competitive ratio", xlabel="" if adaptive else "time (s)")
     axes[0].legend(fontsize=6 if len(names) > 4 else 8)
+    if adaptive:
+        in_force = list(dict.fromkeys(r["in_force"] for r in adaptive))
+        axes[3].step([r["start"] for r in adaptive], [in_force.index(r["in_force"]) for r in adaptive], where="post",
+                     color="black")
+        axes[3].set_yticks(range(len(in_force)), in_force, fontsize=7)
+        axes[3].set(ylabel="adaptive: plan", xlabel="time (s)")
     path = out_dir / "timeline.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -4,6 +4,8 @@
 * :mod:`~ray_adaptive.sim.events`, :mod:`~ray_adaptive.sim.cluster` -- the event loop and the nodes on it;
 * :mod:`~ray_adaptive.sim.ideal`, :mod:`~ray_adaptive.sim.replay` -- the ideal scheduler, end to end;
 * :mod:`~ray_adaptive.sim.plan_sim` -- a lowered plan's schedulers, with their latencies;
+* :mod:`~ray_adaptive.sim.timeline`, :mod:`~ray_adaptive.sim.adaptive` -- a run epoch by epoch, and the
+  adaptive controller switching its plan live (:meth:`~ray_adaptive.sim.plan_sim.PlanSim.switch`);
 * :mod:`~ray_adaptive.sim.metrics` -- goodput, fairness, the competitive ratio.
 
 Example:

@@ -54,6 +54,10 @@ class EventLoop:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def peek(self) -> float:
+        """When the next event is due (inf: none is)."""
+        return self._heap[0][0] if self._heap else math.inf
+
     def run(self, until: float = math.inf) -> int:
         """Process events up to ``until``; return how many ran (with the garbage collector paused)."""
         heap, count = self._heap, 0

@@ -47,6 +47,10 @@ schedulers that take time and see only part of the truth:
   (two steps) the ideal chooses among the tasks that had arrived when the
   selector picked.
 
+**Live switches** (:meth:`PlanSim.switch`): a run hands its tasks, State and
+running set over to another plan's schedulers, as the runtime's switch does;
+the adaptive controller drives that in :mod:`ray_adaptive.sim.adaptive`.
+
 Deterministic for a seed.
 
 Why two drivers of one decision step: the runtime decides in batches, as
@@ -80,6 +84,7 @@ from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role
 from ray_adaptive.plan.nodeset import NodeSet
 from ray_adaptive.plan.queue import PendingQueue
+from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.plan.scoring import row_key, scoring_for
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.cluster import Cluster
@@ -125,8 +130,7 @@ class PlanSim:
         if overloaded:
             raise ValueError(f"plan {plan.name!r} cannot run: {overloaded}")
         self.deadline = deadline
-        self.plan = plan
-        self.arch = plan.architecture
+        self.seed = seed
         self.loop = EventLoop()
         self.cluster = Cluster(scenario.nodes, self.loop, self._on_leave)
         self.nodes = self.cluster.nodes
@@ -140,12 +144,7 @@ class PlanSim:
         self.truth = Interpreter(plan.policy, num_nodes=n)
         self._keys: dict = {}  # task -> group key, per set of task attributes read
         self._key = row_key(plan.policy.score, self._any_resources, cache=True, shared=self._keys)
-        # plan.policy's Score: the truth's, and the centralized and decentralized schedulers' decisions
-        self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
         self.gp = PendingQueue(self._key)  # every task arrived, not yet dispatched nor dropped
-        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self.cluster.with_room, lambda: self.cluster.free,
-                                  cr_every)
-        self.hooks = HookRunner(plan, n, self._keys)
         self._on_arrival = any(h.name == "OnArrival" for h in plan.policy.hooks)
         self.placed_by: dict[str, str] = {}
         self.owner: dict[Task, Server] = {}  # scheduler that dispatched the task (gets its finish notification)
@@ -157,26 +156,20 @@ class PlanSim:
         self.outstanding = 0  # hybrid: tasks forwarded and not yet finished/dropped (the selector's accounting)
         self._rr = 0
         self._history = LoadHistory(self.nodes)  # each node's load over time (for cached views)
-        self._views = plan.load.kind is LoadKind.CACHED
-        task_key = (row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
-                    if plan.task_policy is not None else None)
-        self.central, self.locals = build_servers(plan, self.nodes, seed, self._key, self.scoring, task_key,
-                                                  self._any_resources, self._history)
-        if self.hooks.periodic:
-            self.hooks.start_store(Interpreter(plan.policy, num_nodes=n).state)  # (every replica's initial State)
-            self.locals.on_made = self._first_tick
-        self._keeps_state = self.arch is not Architecture.HYBRID or plan.local_state
-        # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
-        self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
         self._blocked: dict[int, Server] = {}  # servers waiting for room to retry, by order
         self._holders: set[Server] = set()  # decentralized: servers with tasks in their pending queue
-        self._decentralized = self.arch is Architecture.DECENTRALIZED
+        self.retired: list[Server] = []  # the schedulers of the plans switched from (their counters)
+        self.generation = 0  # plans switched to so far
+        self._frozen = False  # a switch's pause: no scheduler works
+        self._install(plan)
+        # the ideal's scoring (the competitive ratio's): the first plan's, whatever plan is in force later
+        self.ratio = RatioSampler(self.truth, self.scoring, self.gp, self.cluster.with_room, lambda: self.cluster.free,
+                                  cr_every)
         self._ended_at = math.inf  # when the last task was resolved
         self.events = 0  # events run so far
         self.window = (warmup, max((t.arrival for t in self.tasks), default=0.0) + 1e-9)
         if self.window[0] >= self.window[1]:
             raise ValueError(f"warmup ({warmup} s) must end before the last arrival ({self.window[1]:.3f} s)")
-        self._homes = assign_homes(self.tasks, len(self.locals)) if self.arch is Architecture.DECENTRALIZED else {}
         self.warm: set[Task] = set()
         if prefill and self.tasks:
             self._prefill(1.0 if prefill is True else float(prefill))
@@ -187,6 +180,30 @@ class PlanSim:
         self._next_arrival()
 
     # ------------------------------------------------------------ building
+    def _install(self, plan: LoweredPlan, state: Optional[dict] = None) -> None:
+        """Make ``plan``'s schedulers and put it in force; each starts from ``state`` (None: the initial
+        State). What a plan decides about -- its Score's split, its hooks' replication, its views, the
+        homes of a decentralized plan's tasks -- is set here; the cluster, the clock, the truth and the
+        metrics belong to the run."""
+        n = len(self.nodes)
+        self.plan, self.arch = plan, plan.architecture
+        # plan.policy's Score: the centralized and decentralized schedulers' decisions
+        self.scoring = scoring_for(plan.policy, plan.split, self._any_resources, self._key)
+        self.hooks = HookRunner(plan, n, self._keys)
+        self._views = plan.load.kind is LoadKind.CACHED
+        task_key = (row_key(plan.task_policy.score, self._any_resources, cache=True, shared=self._keys)
+                    if plan.task_policy is not None else None)
+        self.central, self.locals = build_servers(plan, self.nodes, self.seed, self._key, self.scoring, task_key,
+                                                  self._any_resources, self._history, state=state)
+        if self.hooks.periodic:  # (every replica's first State)
+            self.hooks.start_store(state if state is not None else Interpreter(plan.policy, num_nodes=n).state)
+            self.locals.on_made = self._first_tick
+        self._keeps_state = self.arch is not Architecture.HYBRID or plan.local_state
+        # who retries when a slot frees (probe and sample views; a cached view learns of it at a heartbeat)
+        self._wakes_on_room = plan.load.kind is not LoadKind.CACHED
+        self._decentralized = self.arch is Architecture.DECENTRALIZED
+        self._homes = assign_homes(self.tasks, len(self.locals)) if self._decentralized else {}
+
     def _prefill(self, level: float = 1.0) -> None:
         """Start from a busy cluster: slots hold copies of tasks of the scenario.
 
@@ -262,8 +279,9 @@ class PlanSim:
         s = self.central if self.arch is not Architecture.DECENTRALIZED else self.locals[self._homes[task]]
         self._deliver(s, task)
 
-    def _deliver(self, s: Server, task: Task) -> None:
-        """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided)."""
+    def _deliver(self, s: Server, task: Task, arrived: bool = True) -> None:
+        """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided);
+        ``arrived`` False: handed over by a switch (its OnArrival is in the State handed over)."""
         if not s.ticking:
             self._rouse(s)
         s.received += 1
@@ -271,7 +289,7 @@ class PlanSim:
         if self._decentralized:
             self._holders.add(s)
         self.where[task] = s
-        if self._on_arrival and (s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED):
+        if arrived and self._on_arrival and (s.role is Role.SELECTOR or self.arch is Architecture.DECENTRALIZED):
             self._run_hook(s, "OnArrival", task, None)
         self._kick(s)
 
@@ -338,6 +356,8 @@ class PlanSim:
             self.loop.after(delay, DECIDE, self._wake, s)
 
     def _wake(self, s: Server) -> None:
+        if s.retired:
+            return
         s.blocked = False
         self._blocked.pop(s.order, None)
         self._kick(s)
@@ -359,7 +379,7 @@ class PlanSim:
         s.ticking = False
 
     def _sync_tick(self, s: Server) -> None:
-        if self.unresolved <= 0:
+        if self.unresolved <= 0 or s.retired:
             s.ticking = False
             return
         idle = not (s.busy or s.inbox or s.pending or s.unpushed or s.sync_queued)
@@ -414,6 +434,8 @@ class PlanSim:
         self.loop.after(cost, DECIDE, fn, s, *args)
 
     def _step(self, s: Server) -> None:
+        if self._frozen or s.retired:  # a switch's pause; a retired server's last work ended
+            return
         if s.inbox:
             kind, payload = s.inbox.popleft()
             cost = s.costs.finish_s if kind == _FINISH else s.costs.sync_s
@@ -428,6 +450,8 @@ class PlanSim:
 
     def _item_done(self, s: Server, kind: str, payload) -> None:
         s.busy = False
+        if s.retired:  # (the State it updated was handed over without it: the truth's has it)
+            return
         if kind == _FINISH:
             task = payload
             if s.role is Role.SELECTOR and self.arch is Architecture.HYBRID:
@@ -461,6 +485,8 @@ class PlanSim:
 
     def _forward_done(self, s: Server, task: Task, decided_at: float) -> None:
         s.busy = False
+        if s.retired:  # a decision not in effect when the plan was switched: undone (the task was handed over)
+            return
         self.claimed.discard(task)
         if task.status == "pending":
             s.decisions += 1
@@ -501,10 +527,12 @@ class PlanSim:
 
     def _attempt_failed(self, s: Server) -> None:
         s.busy = False
-        self._step(s)
+        self._step(s)  # (a no-op for a retired one)
 
     def _dispatch_done(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         s.busy = False
+        if s.retired:  # a decision not in effect when the plan was switched: undone (the task was handed over)
+            return
         self.claimed.discard(task)
         if task.status == "pending":
             if node.has_room and node.fits(task):
@@ -558,8 +586,90 @@ class PlanSim:
 
     # ------------------------------------------------------------------ run
     def servers(self) -> list[Server]:
-        """The selector (if any) and the schedulers used so far."""
+        """The plan in force's selector (if any) and the schedulers it used so far."""
         return ([self.central] if self.central else []) + self.locals.made()
+
+    # ---------------------------------------------------------- live switch
+    def switch(self, plan: LoweredPlan, now: float, pause_s: float = 0.0) -> dict:
+        """Hand the run over to ``plan``'s schedulers at ``now`` (the time the run was advanced to), as
+        the runtime's live switch does (:mod:`ray_adaptive.runtime.switch`): nothing lost, nothing run
+        twice. Returns what was handed over.
+
+        * **Freeze and retire.** The schedulers in force stop; what they hold -- a decision not yet in
+          effect (picked and being sent, or forwarded by a hybrid's selector and not placed), finish
+          notifications and syncs not yet applied -- is dropped with them: the runtime undoes such a
+          decision, and the State handed over already counts the rest.
+        * **The State.** Every new scheduler starts from the exact State -- the truth's: the OnArrival of
+          every undecided task, the OnDispatch of every task on a node, the OnFinish of every task gone.
+        * **The tasks.** Undecided ones go, in arrival order, to their scheduler under the new plan (no
+          second OnArrival); one whose dispatch deadline passed while a decision on it was in flight is
+          dropped now. Tasks on nodes keep running; their finish notifications go to the new plan's
+          schedulers (OnFinish applied to the State that counts them); a hybrid's selector counts them
+          as outstanding.
+        * **The pause.** No scheduler works for ``pause_s``: arrivals and finishes wait in inboxes.
+
+        The cluster, the clock, deadlines, the truth and the metrics go on: one run, several plans.
+        """
+        if plan.policy.name != self.plan.policy.name:
+            raise ValueError(f"a run of policy {self.plan.policy.name!r} cannot switch to a plan of "
+                             f"{plan.policy.name!r}")
+        overloaded = periodic_overload(plan)
+        if overloaded:
+            raise ValueError(f"plan {plan.name!r} cannot run: {overloaded}")
+        if isinstance(pause_s, bool) or not (isinstance(pause_s, (int, float)) and 0 <= pause_s < math.inf):
+            raise ValueError(f"pause_s must be a number of seconds >= 0, got {pause_s!r}")
+        if now < self.loop.now or self.loop.peek() < now:
+            raise ValueError(f"switch at {now} s: the run is at {self.loop.now} s with events due before; "
+                             f"advance it to {now} s first")
+        self.loop.now = now
+        old, before = self.servers(), self.plan.name
+        self.generation += 1
+        for s in old:
+            s.retired = True
+            s.name = f"{s.name}@{self.generation - 1}"  # (its counters stay in the run's, beside the new ones')
+        self.retired += old
+        undecided = self.gp.tasks()
+        self.where.clear(), self.claimed.clear(), self.forwarded.clear(), self._paid.clear()
+        self._blocked.clear(), self._holders.clear()
+        recorded = self._views
+        self._install(plan, copy_state(self.truth.state))
+        if self._views and not recorded:  # (loads were not logged under a plan without cached views)
+            self._history.reset()
+        on_nodes = [t for node in self.nodes for t in (*node.running, *node.waiting)]
+        self.outstanding = len(on_nodes)  # (a hybrid selector's accounting: each will notify it)
+        for i, t in enumerate(on_nodes):
+            self.owner[t] = self._owner_after_switch(t, i)
+        dropped = 0
+        for t in sorted(undecided, key=lambda x: (x.arrival, x.id)):
+            if self.deadline == "dispatch" and now >= t.spec.deadline:
+                self._timeout(t)
+                dropped += 1
+            else:
+                entry = self.locals[self._homes[t]] if self._decentralized else self.central
+                self._deliver(entry, t, arrived=False)
+        self._frozen = pause_s > 0
+        if self._frozen:
+            self.loop.at(now + pause_s, DECIDE, self._resume, self.generation)
+        else:
+            self._resume(self.generation)
+        return {"time": now, "from": before, "to": plan.name, "pause_s": pause_s, "undecided": len(undecided) - dropped,
+                "on_nodes": len(on_nodes), "dropped": dropped}
+
+    def _owner_after_switch(self, task: Task, i: int) -> Server:
+        """Who a task on a node notifies of its finish under the plan just installed."""
+        if self._decentralized:
+            return self.locals[self._homes.get(task, i % len(self.locals))]  # (a prefilled copy has no home)
+        if self.arch is Architecture.HYBRID and self.plan.local_state:
+            return self.locals[i % len(self.locals)]  # (the selector is notified too: see _on_leave)
+        return self.central
+
+    def _resume(self, generation: int) -> None:
+        """A switch's pause is over: the new plan's schedulers start on what waited."""
+        if generation != self.generation:  # (a later switch's pause is in force)
+            return
+        self._frozen = False
+        for s in self.servers():
+            self._kick(s)
 
     def advance(self, until: float) -> int:
         """Run the events up to ``until`` (simulated seconds); how many ran. A run may be advanced in
@@ -584,6 +694,7 @@ class PlanSim:
         end = min(self._ended_at, self.loop.now) - 1e-12
         # (the rounds dormant schedulers skipped so far: their busy time)
         stats = [s.stats(extra_busy=0.0 if s.ticking else self._skipped_busy(s, end)) for s in servers]
+        stats += [s.stats() for s in self.retired]  # (a plan switched from: what its schedulers did before)
         return SimResult(self.plan, self.tasks, stats, np.array(self.ratio.impl), np.array(self.ratio.ideal),
                          self.window, self.placed_by, self.events, np.array(self.ratio.times))
 

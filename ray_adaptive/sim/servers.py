@@ -21,6 +21,7 @@ import numpy as np
 
 from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role, RoleCosts, Scheduler, SyncKind
 from ray_adaptive.plan.queue import PendingQueue
+from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.plan.scoring import scoring_for
 from ray_adaptive.sim.heartbeats import CachedView, Heartbeats, LoadHistory
 from ray_adaptive.sim.model import Node, Task
@@ -49,6 +50,7 @@ class Server:
         self.sync_queued = False  # a periodic sync waits in the inbox or runs
         self.next_tick = math.inf  # periodic sync: the next round not yet run
         self.ticking = True  # its next sync round is scheduled, or it has none (else: dormant, see PlanSim)
+        self.retired = False  # replaced by a live switch: the events still due for it are no-ops
 
     def stats(self, extra_busy: float = 0.0) -> SchedulerStats:
         return SchedulerStats(self.name, self.role, self.busy_s + extra_busy, self.received, self.attempts,
@@ -83,8 +85,11 @@ class Server:
 
 
 def _server(name: str, role: Role, costs: RoleCosts, program, key, scoring, rng, num_nodes: int,
-            fifo: bool = False, order: int = 0) -> Server:
+            fifo: bool = False, order: int = 0, state: Optional[dict] = None) -> Server:
     core = Scheduler(program, (), hooks=False, num_nodes=num_nodes, queue=PendingQueue(key, fifo=fifo), scoring=scoring)
+    if state is not None:  # (a plan switched to: the State handed over, for the variables this program declares)
+        own = core.interp.state
+        own.update(copy_state({v: x for v, x in state.items() if v in own}))
     return Server(name, role, costs, core, rng, order)
 
 
@@ -118,14 +123,15 @@ class Servers(Sequence):
 
 
 def build_servers(plan: LoweredPlan, nodes: Sequence[Node], seed: int, key: Callable, scoring,
-                  task_key: Optional[Callable], resources: bool,
-                  history: LoadHistory) -> tuple[Optional[Server], Servers]:
+                  task_key: Optional[Callable], resources: bool, history: LoadHistory,
+                  state: Optional[dict] = None) -> tuple[Optional[Server], Servers]:
     """A plan's selector (None for decentralized) and its k schedulers, each with its costs, State and view.
 
     ``key`` / ``scoring``: how the whole policy's Score groups and scores tasks (the centralized
     and decentralized schedulers'); ``task_key``: the hybrid selector's groups. Each server's
     random numbers are its own (seeded by the run's seed and its place: the selector, then the
-    k schedulers), so making them lazily changes nothing.
+    k schedulers), so making them lazily changes nothing. ``state``: the State every server
+    starts from (a live switch's handover; None: the policy's initial State).
     """
     n, arch = len(nodes), plan.architecture
     first = 1 if arch is Architecture.DECENTRALIZED else 2  # (the selector takes seed 1)
@@ -137,12 +143,12 @@ def build_servers(plan: LoweredPlan, nodes: Sequence[Node], seed: int, key: Call
     heartbeats = Heartbeats(plan.load.period_s, seed) if plan.load.kind is LoadKind.CACHED else None
     central: Optional[Server] = None
     if arch is Architecture.CENTRALIZED:
-        central = _server("selector", Role.SELECTOR, plan.central, plan.policy, key, scoring, rng(1), n)
+        central = _server("selector", Role.SELECTOR, plan.central, plan.policy, key, scoring, rng(1), n, state=state)
         if heartbeats is not None:
             central.view = CachedView(list(nodes), heartbeats, 0, history)
     elif arch is Architecture.HYBRID:  # the selector picks by the task part alone: no node, no resource fit
         central = _server("selector", Role.SELECTOR, plan.central, plan.task_policy, task_key,
-                          scoring_for(plan.task_policy, plan.task_split, False, task_key), rng(1), n)
+                          scoring_for(plan.task_policy, plan.task_split, False, task_key), rng(1), n, state=state)
     if central is not None:
         central.attempt_s = attempt_s(central.costs)
     k = plan.k(n) if arch is not Architecture.CENTRALIZED else 0
@@ -155,7 +161,7 @@ def build_servers(plan: LoweredPlan, nodes: Sequence[Node], seed: int, key: Call
 
     def make(i: int) -> Server:
         s = _server(f"s{i}", Role.SCHEDULERS, plan.local, program, key, local_scoring, rng(first + i), n,
-                    fifo=arch is Architecture.HYBRID, order=1 + i)
+                    fifo=arch is Architecture.HYBRID, order=1 + i, state=state)
         if plan.sync.kind is SyncKind.INSTANT:
             if not shared:
                 shared.append(s.interp.state)
