@@ -38,7 +38,8 @@ on its own cluster in the same turn. The side idle meanwhile has a quiet
 cluster beside the busy one, for both sides alike. Without ``--baseline``
 there is one side, this checkout. ``--records-ab`` runs this checkout
 against itself with ``decision_records=0`` (what the records explaining
-``why`` cost). With two sides, ``ab`` holds the first side's ratio over the
+``why`` cost): one driver and cluster, the runtime restarted with each
+configuration in turn (two clusters differ by more than the records do). With two sides, ``ab`` holds the first side's ratio over the
 second's, turn by turn (median).
 """
 
@@ -224,6 +225,24 @@ class Side:
             self.proc.kill()  # (by its handle: this process started it)
 
 
+class Variant:
+    """Another configuration of a side's driver process (its own ``ra.start`` options), on the same
+    cluster: A/B of two configurations of one checkout, with no difference of cluster between them."""
+
+    def __init__(self, name: str, side: Side, start: dict):
+        self.name, self.side, self.start = name, side, start
+
+    def sample(self, **cmd) -> dict:
+        saved, self.side.start = self.side.start, self.start
+        try:
+            return self.side.sample(**cmd)
+        finally:
+            self.side.start = saved
+
+    def close(self) -> None:
+        pass  # (the side closes its process)
+
+
 class Burners:
     """Processes burning a core each beside the cluster, started and stopped (by PID) here."""
 
@@ -251,6 +270,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=2000, help="tasks per loop (10 ms tasks: half)")
     ap.add_argument("--baseline", default=None, help="a checkout of the code to compare with, run alternately")
+    ap.add_argument("--baseline-first", action="store_true", help="the baseline side first in each turn")
     ap.add_argument("--records-ab", action="store_true",
                     help="instead of a baseline checkout: this checkout with decision records on (the default "
                          "1,000) against decision_records=0, run alternately")
@@ -268,12 +288,19 @@ def main() -> None:
     if args.records_ab and args.baseline:
         ap.error("--records-ab compares this checkout with itself: give it or --baseline, not both")
     sides = [("this", here, {})] + ([("baseline", os.path.abspath(args.baseline), {})] if args.baseline else [])
-    if args.records_ab:
-        sides = [("records", here, {}), ("no-records", here, {"decision_records": 0})]
+    if args.baseline_first:  # (run both orders: two clusters on one machine need not be alike)
+        sides.reverse()
     figures = {"tasks": tasks, "repeats": repeats, "queue": args.queue, "executors": 2,
                "cluster": "4 nodes x 2 CPUs (local), one per side", "sides": {n: c for n, c, _ in sides},
                "runs": [], "ab": []}
     running = [Side(n, c, args.hang_after_s, start) for n, c, start in sides]
+    if args.records_ab:  # one driver and cluster, the runtime restarted with each configuration in turn
+        figures["cluster"] = "4 nodes x 2 CPUs (local), both configurations on it"
+        running = [Variant("records", running[0], {}), Variant("no-records", running[0], {"decision_records": 0})]
+        figures["sides"] = {"records": here, "no-records": here}
+        closing = [running[0].side]
+    else:
+        closing = running
     try:
         for condition in args.conditions.split(","):
             burners = Burners(2) if condition == "contended" else None
@@ -288,7 +315,7 @@ def main() -> None:
                 if burners is not None:
                     burners.close()
     finally:
-        for side in running:
+        for side in closing:
             side.close()
     if args.out:
         with open(args.out, "w") as fh:

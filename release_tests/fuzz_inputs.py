@@ -127,11 +127,11 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", type=int, default=100_000, help="inputs in all, split by --mix")
     ap.add_argument("--budget-s", type=float, default=4 * 3600, help="seconds in all, split by --mix")
     ap.add_argument("--mix", default=",".join(f"{k}={v}" for k, v in MIX.items()))
-    ap.add_argument("--smoke-test", action="store_true", help="40 inputs, 60 s")
+    ap.add_argument("--smoke-test", action="store_true", help="12 inputs, 20 s")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))}
-    inputs, budget = (40, 60.0) if args.smoke_test else (args.inputs, args.budget_s)
+    inputs, budget = (12, 20.0) if args.smoke_test else (args.inputs, args.budget_s)
     total = sum(mix.values())
     out = {"inputs_asked": inputs, "budget_s": budget, "kinds": {}}
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
