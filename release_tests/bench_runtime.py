@@ -138,7 +138,10 @@ def serve(hang_after_s: float) -> None:
     import ray
 
     import ray_adaptive as ra
-    from ray_adaptive.local_multinode import local_cluster
+    try:
+        from ray_adaptive.local_multinode import local_cluster
+    except ImportError:  # a baseline from before the house's restructuring (2b6097e and older)
+        from ray_adaptive.local_cluster import local_cluster
 
     out = sys.stdout
     sys.stdout = sys.stderr  # (anything printed by Ray or the runtime stays off the answers)

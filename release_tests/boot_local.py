@@ -148,7 +148,7 @@ def _teardown(procs, root: pathlib.Path) -> int:
     for _, p, _ in reversed(procs):  # workers first, the head last
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)  # (ray start --block stops its node's processes on SIGTERM)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10  # (a test cluster: its folder goes next, nothing to save)
     for _, p, _ in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
