@@ -108,6 +108,22 @@ class Outcome:
                 "problem": self.problem(), "stderr": self.stderr[-1500:], "stdout_tail": self.stdout[-300:]}
 
 
+def _check_files(args: list) -> int:
+    """How many error lines a run may print: one per file ``check`` is given (after a ``--`` every
+    argument is a file, even ``--rate``; a ``--`` before the command only ends the group's options)."""
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if args[:1] != ["check"]:
+        return 1
+    files, positional = 0, False
+    for a in args[1:]:
+        if a == "--" and not positional:
+            positional = True
+        elif positional or not a.startswith("-"):
+            files += 1
+    return max(1, files)
+
+
 def run_cli(args: list, bound_s: float) -> Outcome:
     """``ray-adaptive ARGS`` in this process (click's runner), within ``bound_s`` seconds of CPU (see
     :func:`time_bound`)."""
@@ -116,7 +132,7 @@ def run_cli(args: list, bound_s: float) -> Outcome:
     from ray_adaptive.cli import main
 
     args = [str(a) for a in args]
-    files = max(1, sum(1 for a in args[1:] if not a.startswith("-"))) if args[:1] == ["check"] else 1  # (a line per file)
+    files = _check_files(args)
     start = time.perf_counter()
     try:
         with time_bound(bound_s), warnings.catch_warnings():

@@ -9,6 +9,8 @@ run tries 100,000. Nothing here starts Ray.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
@@ -71,3 +73,15 @@ def test_traces_compile_cleanly(ws, doc, resources):
 def test_command_lines_end_cleanly(ws, data):
     args = data.draw(cli_args(ws))
     clean(run_cli(args, COMPILE_S if args[:1] == ["compile"] else REPLAY_S))
+
+
+def test_found_by_the_long_run(ws):
+    """Two findings of release_tests/fuzz_inputs.py, kept: Python's SyntaxWarning for `1if` printed a
+    second, unlocated line under the policy's error; `check -- a b` prints a line per file."""
+    path = ws.root / "w.policy"
+    path.write_text("Task:\n  x: int\n\nScore(task, node):\n  return 1if 1 else 2 2\n")
+    with warnings.catch_warnings(record=True) as seen:  # (a process prints them on stderr; pytest records them)
+        out = clean(run_cli(["check", path], CHECK_S))
+    assert not [w for w in seen if issubclass(w.category, SyntaxWarning)], [str(w.message) for w in seen]
+    assert out.exit_code == 1 and out.stderr.strip().startswith(f"{path}:5:") and out.stderr.count("\n") == 1
+    assert clean(run_cli(["--", "check", "--", "--rate", "x"], CHECK_S)).stderr.count("\n") == 2

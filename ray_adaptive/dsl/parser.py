@@ -22,6 +22,7 @@ import ast
 import difflib
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -290,7 +291,11 @@ def _parse(text: str, mode: str, file: str, line0: int, col0: int, budget: Optio
     file line ``line0``, column ``col0 + 1``; each of its lines at that column)."""
     limits.scan(text, file, line0, col0, budget)  # before the parser can recurse on it
     try:
-        tree = ast.parse(text, mode=mode)
+        with warnings.catch_warnings():
+            # Python's own warnings about the text ("invalid decimal literal" for `1if`) would print
+            # a second, unlocated line; the policy's errors are ours to report, one line each
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text, mode=mode)
     except SyntaxError as err:
         raise _syntax_error(err, file, line0, col0) from None
     except (RecursionError, MemoryError):  # (the scan's bound keeps every policy we know of away from this)
