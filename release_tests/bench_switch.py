@@ -175,11 +175,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true")
     ap.add_argument("--switches", type=int, default=20, help="switches per direction")
-    ap.add_argument("--pairs", default=None, help="only these pairs, e.g. centralized-decentralized,decentralized-hybrid")
+    ap.add_argument("--pairs", default=None, help="only these pairs, e.g. centralized-decentralized,decentralized-hybrid (none: the adaptive figure only)")
     ap.add_argument("--no-adaptive", action="store_true", help="switch pauses only")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    pairs = PAIRS if not args.pairs else [tuple(p.split("-")) for p in args.pairs.split(",")]
+    pairs = PAIRS if not args.pairs else [] if args.pairs == "none" else [tuple(p.split("-")) for p in args.pairs.split(",")]
     if not set(pairs) <= set(PAIRS):
         ap.error(f"--pairs: each of {['-'.join(p) for p in PAIRS]}")
     from ray_adaptive.local_multinode import local_cluster
