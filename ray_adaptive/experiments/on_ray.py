@@ -271,11 +271,9 @@ def plot_rows(rows: Sequence[dict], out_dir) -> list:
     """goodput vs rate, JFI vs rate (per architecture), estimated vs measured goodput."""
     from pathlib import Path
 
-    import matplotlib
+    from ray_adaptive.experiments.figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir = Path(out_dir)
     paths = []
     archs = sorted({r["architecture"] for r in rows})
@@ -288,11 +286,7 @@ def plot_rows(rows: Sequence[dict], out_dir) -> list:
         ax.set_ylabel(label)
         ax.set_title(f"DRF-LB on Ray: {label}")
         ax.legend()
-        fig.tight_layout()
-        path = out_dir / f"ray_{key}_vs_rate.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        save(fig, out_dir / f"ray_{key}_vs_rate.png", paths, dpi=120)
     est = [r for r in rows if r.get("est_goodput") is not None]
     if est:
         fig, ax = plt.subplots(figsize=(4.5, 4))
@@ -304,11 +298,7 @@ def plot_rows(rows: Sequence[dict], out_dir) -> list:
         ax.set_xlabel("estimated goodput (tasks/s)")
         ax.set_ylabel("measured goodput on Ray (tasks/s)")
         ax.legend()
-        fig.tight_layout()
-        path = out_dir / "ray_estimated_vs_measured.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        save(fig, out_dir / "ray_estimated_vs_measured.png", paths, dpi=120)
     return paths
 
 

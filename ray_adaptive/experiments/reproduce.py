@@ -43,6 +43,7 @@ from ray_adaptive.adapt import Settings
 from ray_adaptive.compiler import Profile, analyze
 from ray_adaptive.compiler.pipeline import measured_profile, workload_window
 from ray_adaptive.dsl import load_policy
+from ray_adaptive.experiments.figures import pyplot, save
 from ray_adaptive.experiments.sweep import (PAPER_PLANS, agreement, best_plans, choice_agreement, jfi_floor,
                                             sweep as _sweep)
 from ray_adaptive.experiments.workload import Experiment
@@ -139,23 +140,12 @@ def format_table1(bands: Sequence[dict]) -> str:
 
 def plot(rows: Sequence[dict], out_dir: Path, exp: Experiment = PAPER) -> list[Path]:
     """The paper's Figures 2a, 2b, 5a, 5b as PNGs in ``out_dir``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     colors = {"C": "tab:blue", "D": "tab:orange", "H": "tab:green"}
     series = {k: sorted((r for r in rows if r["paper_plan"] == k), key=lambda r: r["rate"]) for k in PAPER_PLANS}
     label = {"C": "centralized", "D": "decentralized", "H": "hybrid"}
     paths = []
-
-    def save(fig, name):
-        p = out_dir / name
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for k, rs in series.items():
@@ -163,14 +153,14 @@ def plot(rows: Sequence[dict], out_dir: Path, exp: Experiment = PAPER) -> list[P
     ax.plot([0, max(r["rate"] for r in rows)], [exp.capacity] * 2, ":", color="gray", label="execution bound")
     ax.set(xlabel="arrival rate (tasks/s)", ylabel="goodput (tasks/s)", title="Goodput (Fig. 2a)")
     ax.legend()
-    save(fig, "goodput_vs_rate.png")
+    save(fig, out_dir / "goodput_vs_rate.png", paths)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for k, rs in series.items():
         ax.plot([r["rate"] for r in rs], [r["jfi"] for r in rs], "o-", color=colors[k], label=label[k])
     ax.set(xlabel="arrival rate (tasks/s)", ylabel="Jain's fairness index", title="Fairness (Fig. 2b)")
     ax.legend()
-    save(fig, "jfi_vs_rate.png")
+    save(fig, out_dir / "jfi_vs_rate.png", paths)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for k, rs in series.items():
@@ -179,7 +169,7 @@ def plot(rows: Sequence[dict], out_dir: Path, exp: Experiment = PAPER) -> list[P
         ax.plot(xs, [r["goodput_est"] for r in rs], "--", color=colors[k], label=f"{label[k]} (estimated)")
     ax.set(xlabel="arrival rate (tasks/s)", ylabel="goodput (tasks/s)", title="Goodput estimation (Fig. 5a)")
     ax.legend(fontsize=7)
-    save(fig, "goodput_estimated_vs_simulated.png")
+    save(fig, out_dir / "goodput_estimated_vs_simulated.png", paths)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ax2 = ax.twinx()
@@ -193,7 +183,7 @@ def plot(rows: Sequence[dict], out_dir: Path, exp: Experiment = PAPER) -> list[P
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center left")
-    save(fig, "competitive_ratio_vs_jfi.png")
+    save(fig, out_dir / "competitive_ratio_vs_jfi.png", paths)
     return paths
 
 

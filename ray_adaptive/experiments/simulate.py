@@ -39,6 +39,7 @@ from ray_adaptive.adapt import Controller, EstimateTable, Settings
 from ray_adaptive.compiler import Profile, compile_policy, estimate_table, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
+from ray_adaptive.experiments.figures import pyplot, save
 from ray_adaptive.experiments.sweep import choice_agreement, plan_space, sweep, trace_seconds
 from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.plan import LoweredPlan
@@ -306,30 +307,14 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
 
 # ------------------------------------------------------------------- figures
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_sweep(rows: Sequence[dict], out_dir: Path, capacity: float, title: str = "") -> list[Path]:
     """Goodput, JFI and competitive ratio against the rate (solid: simulated, dashed: estimated), per plan."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(r["plan"] for r in rows))
     series = {n: sorted((r for r in rows if r["plan"] == n), key=lambda r: r["rate"]) for n in names}
     paths = []
     small = {"fontsize": 6 if len(names) > 4 else 8}
-
-    def save(fig, name):
-        p = out_dir / name
-        fig.tight_layout()
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
 
     for key, ylabel, fname in (("goodput", "goodput (tasks/s)", "goodput_vs_rate.png"),
                                ("jfi", "Jain's fairness index", "jfi_vs_rate.png")):
@@ -340,7 +325,7 @@ def plot_sweep(rows: Sequence[dict], out_dir: Path, capacity: float, title: str 
             ax.plot([0, max(r["rate"] for r in rows)], [capacity] * 2, ":", color="gray", label="execution bound")
         ax.set(xlabel="arrival rate (tasks/s)", ylabel=ylabel, title=title)
         ax.legend(**small)
-        save(fig, fname)
+        save(fig, out_dir / fname, paths)
     for key, est, ylabel, fname in (("goodput", "goodput_est", "goodput (tasks/s)", "goodput_estimated_vs_simulated.png"),
                                     ("cr_sim", "cr_est", "competitive ratio", "competitive_ratio_vs_rate.png")):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -351,14 +336,14 @@ def plot_sweep(rows: Sequence[dict], out_dir: Path, capacity: float, title: str 
             ax.plot(xs, [r[est] for r in rs], "--", color=color, label=f"{n} (estimated)")
         ax.set(xlabel="arrival rate (tasks/s)", ylabel=ylabel, title=title)
         ax.legend(fontsize=5 if len(names) > 3 else 7)
-        save(fig, fname)
+        save(fig, out_dir / fname, paths)
     return paths
 
 
 def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "") -> Path:
     """Offered rate and goodput, JFI and competitive ratio over time, per plan; with an adaptive run, the
     plan it had in force over time too (a panel below)."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(r["plan"] for r in timeline))
     adaptive = [r for r in timeline if r["plan"] == "adaptive"]
@@ -382,8 +367,4 @@ def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "") -> P
                      color="black")
         axes[3].set_yticks(range(len(in_force)), in_force, fontsize=7)
         axes[3].set(ylabel="adaptive: plan", xlabel="time (s)")
-    path = out_dir / "timeline.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, out_dir / "timeline.png")
