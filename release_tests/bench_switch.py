@@ -67,10 +67,29 @@ def _submitter_cls():
             rt = ra.runtime_of("drf_lb")
             return rt.pauses(), rt.pause_parts()
 
+        def dispatched(self):
+            return ra.runtime_of("drf_lb").stats()["dispatched"]
+
     return Submitter
 
 
-def switches(pairs, n: int) -> dict:
+def _warm_up(rt, subs, decisions: int = 300, timeout_s: float = 120.0) -> None:
+    """Wait until every process decides steadily: on this 2-core machine the cluster's workers take
+    seconds to start, and until they have, a process may see no room for seconds -- a pause that is
+    the cluster's warm-up, not a switch's (measured: 6.8 s without a decision in the driver after its
+    first 16, plan never switched)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = [rt.stats()["dispatched"], *ray.get([s.dispatched.remote() for s in subs])]
+        if min(done) >= decisions:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"warm-up: the processes dispatched {done} tasks in {timeout_s:g} s")
+
+
+def switches(pairs, n: int, interval_s: float = 0.5) -> dict:
     import ray
 
     import ray_adaptive as ra
@@ -100,7 +119,7 @@ def switches(pairs, n: int) -> dict:
 
         loader = threading.Thread(target=load)
         loader.start()
-        time.sleep(3.0)  # workers up, every process submitting
+        _warm_up(rt, subs)
         gens = {f"{a}->{b}": [], f"{b}->{a}": []}
         freeze = {k: [] for k in gens}
         for i in range(2 * n):
@@ -108,7 +127,7 @@ def switches(pairs, n: int) -> dict:
             entry = rt.switch(to)
             gens[f"{frm}->{to}"].append(entry["generation"])
             freeze[f"{frm}->{to}"].append(entry["freeze_s"])
-            time.sleep(0.5)  # decisions under the new plan before the next switch
+            time.sleep(interval_s)  # decisions under the new plan before the next switch
         stop.set()
         loader.join()
         got = [(rt.pauses(), rt.pause_parts()), *ray.get([s.pauses.remote() for s in subs])]
@@ -118,12 +137,13 @@ def switches(pairs, n: int) -> dict:
         ray.get(runs)
         for key, generations in gens.items():
             seen = [p[g] for p in pauses for g in generations if g in p]
-            split = [q[g] for q in parts for g in generations if g in q]
+            split = [{**q[g], "generation": g, "process": i} for i, q in enumerate(parts) for g in generations if g in q]
             own = [x["frozen"] + x["after"] for x in split]  # the switch's own part: from the freeze on
             out[key] = {"switches": len(generations), "samples": len(seen),
                         "own_p50_ms": round(1e3 * _pct(own, 0.5), 1), "own_p99_ms": round(1e3 * _pct(own, 0.99), 1),
                         "pauses_ms": sorted(round(1e3 * x, 1) for x in seen),
-                        "parts_ms": [{k: round(1e3 * v, 1) for k, v in x.items()} for x in split],
+                        "parts_ms": [{k: v if k in ("generation", "process") else round(1e3 * v, 1)
+                                      for k, v in x.items()} for x in split],
                         "pause_p50_ms": round(1e3 * _pct(seen, 0.5), 1), "pause_p99_ms": round(1e3 * _pct(seen, 0.99), 1),
                         "pause_max_ms": round(1e3 * max(seen), 1),
                         "freeze_p50_ms": round(1e3 * statistics.median(freeze[key]), 1)}
@@ -175,6 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true")
     ap.add_argument("--switches", type=int, default=20, help="switches per direction")
+    ap.add_argument("--interval", type=float, default=0.5, help="seconds under each plan before the next switch")
     ap.add_argument("--pairs", default=None, help="only these pairs, e.g. centralized-decentralized,decentralized-hybrid (none: the adaptive figure only)")
     ap.add_argument("--no-adaptive", action="store_true", help="switch pauses only")
     ap.add_argument("--out", default=None)
@@ -188,7 +209,7 @@ def main() -> None:
         if args.smoke_test:
             result = {"switches": switches(PAIRS[:1], 1), "adaptive": adaptive_overhead(300, 1)}
         else:
-            result = {"switches": switches(pairs, args.switches)}
+            result = {"switches": switches(pairs, args.switches, args.interval)}
             if not args.no_adaptive:
                 result["adaptive"] = adaptive_overhead(3000, 5)
     result["date"] = time.strftime("%Y-%m-%d")

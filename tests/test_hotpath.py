@@ -32,7 +32,9 @@ def test_ray_holds_what_full_nodes_cannot_and_every_task_runs_once(running, ray_
     rt = running("least_loaded", plan=plan, queue=0)  # hold="auto"
     assert rt.stats()["held_by"] == "ray" and "strictly increases" in rt.holding
     fn = ra.policy("least_loaded")(where)
-    refs = [fn.remote(i, 0.1) for i in range(40)]
+    # (long enough that none finishes while the 40 are submitted: a finish seen meanwhile would
+    # rightly change where least_loaded puts the rest -- on a loaded machine, 0.1 s was not)
+    refs = [fn.remote(i, 0.5) for i in range(40)]
     s = rt.stats()
     assert (s["dispatched"], s["pending"]) == (40, 0)  # none waits in the caller
     out = ray.get(refs, timeout=60)

@@ -120,6 +120,10 @@ def _switch_under_load(rt, to: str, on_phase=None, long_tasks: int = 2):
     slots_before = resources.created_resources()
     entry = rt.switch(to, _on_phase=on_phase)
     time.sleep(1.0)
+    # the pause runs from the replaced plan's last decision -- one decided before the freeze may
+    # launch after it -- to the next plan's first: its parts follow one another
+    for part, seconds in rt.pause_parts().get(entry["generation"], {}).items():
+        assert seconds >= 0, (part, rt.pause_parts())
     stop.set()
     loader.join()
     for s in subs:
@@ -215,3 +219,38 @@ def test_a_crash_during_a_switch_ends_with_one_topology_and_no_task_lost(drf, ro
     assert len(os.listdir(marks)) == submitted
     assert resources.created_resources() == slots
     wait_for(lambda: not any(_alive(n) for n in _actors_of(0)), timeout=15, message="the old plan's actors gone")
+
+
+def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_cluster):
+    """One reply each: the announced config (to prepare while still deciding), then the published
+    config with the State and the others' loads, as each process acked its running tasks."""
+    from ray_adaptive._private import gcs_kv
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.plan import LoweredPlan, Plan
+    from ray_adaptive.runtime.store import StateStore
+
+    policy = load_policy("drf_lb")
+    plans = [LoweredPlan(Plan(arch, arch), policy) for arch in ("centralized", "decentralized")]
+    merge = {"alloc": "add"}  # (the replicas' rule for DRF-LB's allocations)
+    configs = [{"plan": p, "t0": time.time(), "generation": g, "handles": object() if g else None}
+               for g, p in enumerate(plans)]
+    store = StateStore(configs[0], {"alloc": {}}, None)  # (the actor's class, in this process)
+    try:
+        for client in ("a", "b"):
+            store.join(client)
+        clients, incarnation = store.announce(1, configs[1])
+        assert clients == ["a", "b"]
+        *status, news = store.watch(0, "running", incarnation, 0.0, "a")
+        assert status == [0, "freezing", incarnation, []] and news == {"next": configs[1]}
+        store.ack("a", 1, {"outstanding": {"n1": 2}})
+        store.ack("b", 1, {"outstanding": {"n1": 1, "n2": 3}})
+        assert store.wait_acks(1, clients, 0.0) == ([], incarnation)
+        alloc = {"alloc": {"a": [0.2, 0.4, 0.2]}}
+        store.publish(configs[1], alloc, merge)
+        *status, news = store.watch(0, "freezing", incarnation, 0.0, "a")
+        assert status == [1, "running", incarnation, []] and news["config"] is configs[1]
+        seen = news["seen"]
+        assert (seen.state, seen.others, seen.generation) == (alloc, {"n1": 1, "n2": 3}, 1)  # b's: a knows its own
+        assert "handles" not in gcs_kv.get(store.durable_key(configs[1]))[0]  # (a restarted store: names)
+    finally:
+        store.forget_durable()

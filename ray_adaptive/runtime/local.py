@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence
 
 from ray_adaptive.plan import RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
-from ray_adaptive.runtime.messages import Handover
+from ray_adaptive.runtime.messages import Handover, SyncAnswer
 from ray_adaptive.runtime.store import StoreClient, ping
 
 __all__ = ["LocalDecider"]
@@ -88,10 +88,14 @@ class LocalDecider:
         return Handover(arrived=pending)
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
-               rebuild: bool) -> List[TaskState]:
+               rebuild: bool, seen: Optional[SyncAnswer] = None) -> List[TaskState]:
         """Take over what the replaced plan's decider held: the State handed over comes from the store
-        (``rebuild``: there was none -- OnDispatch / OnArrival rebuild this process's share)."""
-        self._m.refresh(want=True, wait=True)  # the State published with this plan, and the others' loads
+        (``rebuild``: there was none -- OnDispatch / OnArrival rebuild this process's share), ``seen``
+        with the news of the switch, or by a sync (the State published with this plan, the others' loads)."""
+        if seen is not None and seen.generation == self._m.generation:
+            self._m.start_from(seen)
+        else:
+            self._m.refresh(want=True, wait=True)
         now = self.now()
         self.sched.adopt(running, dispatch_hooks=rebuild, now=now)
         for t in arrived:

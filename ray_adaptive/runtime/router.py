@@ -151,6 +151,7 @@ class Router:
         # ... and where that pause went: (generation, idle before the freeze, frozen, resumed to first decision)
         self.pause_parts: deque = deque(maxlen=1000)
         self._frozen_at = self._resumed_at = 0.0
+        self._pause_plan = -1  # the generation being replaced: its decisions do not end the pause
         self.decider.on_decided = self._launch
         self._thread = threading.Thread(target=self._run, name=f"ra-router-{policy.name}", daemon=True)
         self._thread.start()
@@ -221,11 +222,11 @@ class Router:
             else:
                 chosen = self.decider.submit([state])  # a local decider decides in the caller's thread
             if chosen:  # (claimed under this lock: one lock round less per task)
-                claimed, gone = self._claim(chosen, now)
+                claimed, gone, plan = self._claim(chosen, now)
             else:
                 self._cond.notify()  # an idle dispatcher thread wakes: a task may wait here now
         if chosen:
-            self._fire(claimed, gone)
+            self._fire(claimed, gone, plan)
         return task
 
     def _launch(self, decided: List[TaskState]) -> None:
@@ -233,11 +234,13 @@ class Router:
         if not decided:
             return
         with self._cond:
-            claimed, gone = self._claim(decided, self.now())
-        self._fire(claimed, gone)
+            claimed, gone, plan = self._claim(decided, self.now())
+        self._fire(claimed, gone, plan)
 
     def _claim(self, decided: List[TaskState], now: float) -> tuple:
-        """Of the decided tasks, those to launch now and those never to be (holds the lock)."""
+        """Of the decided tasks, those to launch now and those never to be (holds the lock), and the
+        generation of the plan that decided them: -1 while frozen (the replaced plan's last decisions,
+        landing during a switch)."""
         claimed: List[_Task] = []
         gone: List[_Task] = []  # never launched: dropped (deadline), cancelled (close) or refused by Ray
         for state in decided:
@@ -257,10 +260,11 @@ class Router:
                 continue
             task.node, task.dispatched_at = state.node, now
             claimed.append(task)
-        return claimed, gone
+        return claimed, gone, (-1 if self._frozen else self.topology.generation)
 
-    def _fire(self, claimed: List[_Task], gone: List[_Task]) -> None:
-        """Launch claimed tasks (outside the lock), then count them launched, in one lock round."""
+    def _fire(self, claimed: List[_Task], gone: List[_Task], plan: int) -> None:
+        """Launch claimed tasks (outside the lock), then count them launched, in one lock round.
+        ``plan``: the generation that decided them (see :meth:`_claim`)."""
         launched = []
         for task in claimed:
             try:
@@ -285,13 +289,9 @@ class Router:
                         order = order_of[(node, task.shape)] = deque()
                     order.append(ref)
                 self.stats.dispatched += len(launched)
-                self._last_launch = time.monotonic()
-                if self._pause_from is not None:  # the first decision after a switch
-                    g, now = self.topology.generation, self._last_launch
-                    self.pauses.append((g, now - self._pause_from))
-                    self.pause_parts.append((g, self._frozen_at - self._pause_from,
-                                             self._resumed_at - self._frozen_at, now - self._resumed_at))
-                    self._pause_from = None
+                now = self._last_launch = time.monotonic()
+                if self._pause_from is not None:
+                    self._pause_ended(plan, now)
                 if self._waiters:
                     self._cond.notify_all()
             for task, ref in launched:
@@ -315,6 +315,19 @@ class Router:
         return self.decider.finished(ids)
 
     # ---------------------------------------------------------- live switches
+    def _pause_ended(self, plan: int, now: float) -> None:
+        """A launch while a switch's pause is measured (holds the lock): decided by the next plan, it
+        ends the pause; a late decision of the replaced plan (decided before the freeze, landing
+        after it) moves the pause's start instead."""
+        if plan <= self._pause_plan:
+            self._pause_from = now
+            return
+        g, start = self.topology.generation, self._pause_from
+        self.pauses.append((g, now - start))
+        self.pause_parts.append((g, max(0.0, self._frozen_at - start),
+                                 self._resumed_at - max(self._frozen_at, start), now - self._resumed_at))
+        self._pause_from = None
+
     def freeze(self) -> dict:
         """Stop deciding for a live switch: the decider hands over what it holds (see
         :mod:`ray_adaptive.runtime.switch`); submissions and finishes wait here meanwhile."""
@@ -322,6 +335,7 @@ class Router:
             self._frozen = True
             self._frozen_at = time.monotonic()
             self._pause_from = self._last_launch or self._frozen_at
+            self._pause_plan = self.topology.generation
             decider = self.decider
         if decider.thread_safe:  # (its thread may be launching: it takes this router's lock)
             handover = decider.freeze()
@@ -330,13 +344,19 @@ class Router:
                 handover = decider.freeze()
         with self._cond:
             self._handover = handover
-            running = sum(1 for t in self._tasks.values() if t.state.node is not None and t.error is None)
-            return {"pending": len(handover.arrived) + len(handover.new) + len(self._held), "running": running}
+            outstanding: Dict[str, int] = {}  # (the next plan's replicas see these from its first decision)
+            for t in self._tasks.values():
+                if t.state.node is not None and t.error is None:
+                    outstanding[t.state.node] = outstanding.get(t.state.node, 0) + 1
+            return {"pending": len(handover.arrived) + len(handover.new) + len(self._held),
+                    "running": sum(outstanding.values()), "outstanding": outstanding}
 
-    def resume(self, topology) -> None:
+    def resume(self, topology, seen=None, decider=None) -> None:
         """Take up the plan a live switch put in force: a decider of it gets this process's running tasks,
-        its undecided ones and the finishes held meanwhile."""
-        new = topology.decider(self.client)
+        its undecided ones and the finishes held meanwhile (``seen``: the store's State and loads as of
+        the publish, see :meth:`~ray_adaptive.runtime.local.LocalDecider.resume`; ``decider``: the
+        topology's, made ahead)."""
+        new = decider or topology.decider(self.client)
         new.on_decided = self._launch
         with self._cond:
             handover, self._handover = self._handover or Handover(), None
@@ -351,7 +371,7 @@ class Router:
             self._resumed_at = time.monotonic()
             if not (arrived or new_tasks):
                 self._pause_from = None  # nothing waited: no pause to measure
-            chosen = new.resume(running, arrived, new_tasks, topology.rebuild)
+            chosen = new.resume(running, arrived, new_tasks, topology.rebuild, seen)
             chosen += new.finished(finished) if finished else []
             for n in self._dead:
                 new.mark_dead(n)

@@ -643,9 +643,10 @@ class SelectorClient:
             return Handover(arrived=list(self._sent.values()), new=list(self._out))
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
-               rebuild: bool) -> List[TaskState]:
+               rebuild: bool, seen: object = None) -> List[TaskState]:
         """Hand what the replaced plan's decider held to this selector, with the next exchange: the
-        running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones."""
+        running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones.
+        (``seen``, the store's State as of the publish, is for deciders that sync with the store.)"""
         with self._cond:
             self._running = {t.id: t for t in running}
             for t in (*arrived, *new):

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ray_adaptive._private import gcs_kv
 from ray_adaptive.plan import RoleSpec, Scheduler
@@ -66,6 +66,7 @@ class StateStore:
         self._outstanding: Dict[str, Dict[str, int]] = {}
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
         self._phase = "running"  # or "freezing": a switch to generation + 1 was announced
+        self._next: Optional[dict] = None  # while freezing: the config of the generation announced
         self._acks: Dict[str, dict] = {}  # client -> what it handed over (for the generation announced)
         self._reports: Dict[str, dict] = {}
         self._info: dict = {}  # what the starting process tells operators (why this plan, switches, estimates)
@@ -104,13 +105,21 @@ class StateStore:
 
     def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0,
               client: Optional[str] = None) -> tuple:
-        """``(generation, phase, incarnation, requests)``, as soon as any of the first three differs from
-        the caller's or an operator asks ``client`` to explain a task (``requests``: ``(request id, task
-        id)`` pairs, see :meth:`ask`), or after ``timeout_s``."""
+        """``(generation, phase, incarnation, requests, news)``, as soon as any of the first three
+        differs from the caller's or an operator asks ``client`` to explain a task (``requests``:
+        ``(request id, task id)`` pairs, see :meth:`ask`), or after ``timeout_s``. ``news``, what a
+        switch's process needs, in this one reply (a switch's pause counts every round trip a process
+        makes after it stops deciding): for a caller behind the generation in force, ``{"config",
+        "seen"}`` (a sync's answer); while freezing, ``{"next"}``: the config announced."""
         with self._cond:
             self._cond.wait_for(lambda: (self._config["generation"], self._phase, self.incarnation)
                                 != (generation, phase, incarnation) or self._requests.get(client), timeout=timeout_s)
-            return self._config["generation"], self._phase, self.incarnation, self._requests.pop(client, [])
+            g = self._config["generation"]
+            if g > generation:
+                news = {"config": self._config, "seen": self._answer(client)}
+            else:
+                news = {"next": self._next} if self._phase == "freezing" and self._next is not None else None
+            return g, self._phase, self.incarnation, self._requests.pop(client, []), news
 
     # -- operators --------------------------------------------------------------
     def ask(self, task_id: str, timeout_s: float = 10.0) -> dict:
@@ -156,21 +165,19 @@ class StateStore:
                     "reports": {c: dict(r) for c, r in self._reports.items()}, "info": dict(self._info)}
 
     # -- switches -------------------------------------------------------------
-    def status(self) -> tuple:
-        """``(generation, phase, incarnation)`` now."""
-        with self._cond:
-            return self._config["generation"], self._phase, self.incarnation
-
-    def announce(self, generation: int) -> List[str]:
-        """Ask every registered process to freeze for ``generation``; return them (idempotent)."""
+    def announce(self, generation: int, config: Optional[dict] = None) -> Tuple[List[str], str]:
+        """Ask every registered process to freeze for ``generation`` (``config``: its configuration, for
+        processes to prepare its deciders before they stop deciding); return them, and this store's
+        incarnation (idempotent)."""
         with self._cond:
             if generation != self._config["generation"] + 1:
                 raise ValueError(f"generation {self._config['generation']} is in force: the next is "
                                  f"{self._config['generation'] + 1}, not {generation}")
             if self._phase != "freezing":
                 self._phase, self._acks = "freezing", {}
+            self._next = config
             self._cond.notify_all()
-            return sorted(self._clients)
+            return sorted(self._clients), self.incarnation
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
         """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
@@ -181,29 +188,39 @@ class StateStore:
             self._cond.notify_all()
             return True
 
-    def wait_acks(self, generation: int, clients: List[str], timeout_s: float) -> List[str]:
-        """Wait until every one of ``clients`` still registered has acked; return those that did not."""
+    def wait_acks(self, generation: int, clients: List[str], timeout_s: float) -> Tuple[List[str], str]:
+        """Wait until every one of ``clients`` still registered has acked; return those that did not, and
+        this store's incarnation (a restarted one knows of no ack)."""
         with self._cond:
             def missing() -> List[str]:
                 return [c for c in clients if c in self._clients and c not in self._acks]
 
             self._cond.wait_for(lambda: not missing(), timeout=timeout_s)
-            return missing()
+            return missing(), self.incarnation
 
     def state(self) -> dict:
         """The merged State of the replicas (what a switch hands over from a decentralized plan)."""
         with self._cond:
             return copy_state(self._state)
 
+    def snapshot(self) -> Tuple[dict, str]:
+        """:meth:`state`, and this store's incarnation (a restarted one lost the replicas' pushes)."""
+        with self._cond:
+            return copy_state(self._state), self.incarnation
+
     def publish(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]) -> None:
         """Put ``config``'s generation in force with ``state`` as its base State; every process resumes."""
         with self._cond:
             if config["generation"] != self._config["generation"] + 1:
                 raise ValueError(f"cannot publish generation {config['generation']} over {self._config['generation']}")
-            gcs_kv.put(self.durable_key(config), (config, state, dict(merge or {})))
+            durable = {k: v for k, v in config.items() if k != "handles"}  # (a restarted store: names)
+            gcs_kv.put(self.durable_key(config), (durable, state, dict(merge or {})))
             self._config, self._base, self._state = config, copy_state(state), copy_state(state)
             self._merge = dict(merge or {})
-            self._outstanding, self._phase, self._acks = {}, "running", {}
+            # each process's tasks on nodes, as it acked them: the next plan's replicas see the others'
+            # loads from their first decision, not from the others' first sync
+            self._outstanding = {c: dict(a.get("outstanding", {})) for c, a in self._acks.items()}
+            self._phase, self._acks, self._next = "running", {}, None
             self._cond.notify_all()
 
     def forget_durable(self) -> None:
@@ -219,8 +236,12 @@ class StateStore:
                 if delta:
                     merge_into(self._state, delta, self._merge)
                 self._outstanding[member] = dict(outstanding)
-            return SyncAnswer({v: self._state[v] for v in self._merge}, self._loads(but=member), self.incarnation,
-                              self._config["generation"])
+            return self._answer(member)
+
+    def _answer(self, member: Optional[str]) -> SyncAnswer:
+        """What a sync of ``member`` is answered (holds the lock)."""
+        return SyncAnswer({v: self._state[v] for v in self._merge}, self._loads(but=member), self.incarnation,
+                          self._config["generation"])
 
     def _loads(self, but: Optional[str] = None) -> Dict[str, int]:
         """Outstanding tasks per node, over every member but ``but``."""
@@ -361,6 +382,10 @@ class StoreClient:
         elif self._base > 0:  # (a member syncing before every batch keeps doing so: the plan's choice)
             self._period = min(2 * self._period, max(self.QUIET_S, self._base))
         self._seen = (state, others)
+        self._take(state, others)
+
+    def _take(self, state: dict, others: Dict[str, int]) -> None:
+        """The store's merged State and the others' loads, under this replica's changes since its push."""
         log = self.sched.log
         if log is not None:
             merged = copy_state(state)
@@ -375,6 +400,12 @@ class StoreClient:
         wait forever for room its finished tasks freed."""
         if self.store is not None:
             self.store.sync.remote(self.member, {}, self.sched.outstanding(), self.generation)
+
+    def start_from(self, answer: SyncAnswer) -> None:
+        """Take ``answer`` as this replica's first sync (the store's State and loads as of a switch's
+        publish, come with the news of it): the first decisions need no round trip to the store."""
+        self._incarnation, self._seen = answer.incarnation, (answer.state, answer.others)
+        self._take(answer.state, answer.others)
 
     def flush(self) -> None:
         """Push every change of this replica now and wait until the store has merged it (a live switch

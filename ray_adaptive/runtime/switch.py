@@ -6,8 +6,10 @@ process (its :class:`PlanWatcher` and router):
 
 1. **Build** the next generation's actors beside the running ones (a
    selector awaiting its State, placement actors): nothing is routed to them.
-2. **Freeze.** The store *announces* the generation; each process hears it
-   at once (its watcher's long poll on the store), stops deciding and hands
+2. **Freeze.** The store *announces* the generation with its config; each
+   process hears it at once (its watcher's long poll on the store), makes
+   its side of it while still deciding (the topology, a decentralized
+   plan's decider: nothing of it counts in the pause), stops deciding and hands
    its decider's holdings to its router: a decentralized decider pushes its
    replica's last changes; a selector's client lets its call in flight land,
    gives back a lease it holds, and waits until the finish notifications it
@@ -22,7 +24,10 @@ process (its :class:`PlanWatcher` and router):
    undecided and the OnDispatch of every task running.
 4. **Install and publish.** The new selector gets that State; the store
    publishes the new generation (config, State, merge rules; kept in the
-   GCS so that a restarted store comes back with it). Each process resumes:
+   GCS so that a restarted store comes back with it), each process's
+   running tasks per node (from its ack) counted as its load. Each process
+   hears it with all it needs in the one reply -- the config, the State and
+   the others' loads -- and resumes:
    a decider of the new plan takes its running tasks (counted, no hooks:
    their OnDispatch is in the State), its undecided ones (no second
    OnArrival), and the submissions and finishes that waited; results stay
@@ -69,6 +74,7 @@ class PlanWatcher:
         self._stop = threading.Event()
         self._frozen_for: Optional[int] = None
         self._counts: dict = {}
+        self._prepared: Optional[tuple] = None  # (generation, plan name, topology, decider or None)
         self._thread = threading.Thread(target=self._run, name="ra-plan-watcher", daemon=True)
         self._thread.start()
 
@@ -81,8 +87,8 @@ class PlanWatcher:
         known: Tuple = (self.generation, "running", None)
         while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
             try:
-                *status, requests = ray.get(self._store.watch.remote(*known, self.POLL_S, self._router.client),
-                                            timeout=self.POLL_S + 30)
+                *status, requests, news = ray.get(
+                    self._store.watch.remote(*known, self.POLL_S, self._router.client), timeout=self.POLL_S + 30)
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
                 continue
@@ -91,7 +97,7 @@ class PlanWatcher:
             for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
                 threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
-                self._follow(*status)
+                self._follow(*status, news)
             except Exception:  # never leave a frozen process silent: log, and look again
                 log.exception("ray-adaptive: following a live switch of policy %r failed", self._router.policy.name)
                 self._stop.wait(0.1)
@@ -105,23 +111,49 @@ class PlanWatcher:
             result = {"state": "unknown", "why": f"could not explain: {err!r}"}
         self._store.answer.remote(rid, result)
 
-    def _follow(self, generation: int, phase: str, incarnation: str) -> None:
+    def _follow(self, generation: int, phase: str, incarnation: str, news: Optional[dict]) -> None:
         import ray
-
-        from ray_adaptive.runtime.topology import Topology
 
         router, store = self._router, self._store
         if generation > self.generation:  # published: take up the new plan
-            cfg = ray.get(store.config.remote())
+            cfg = news["config"] if news else ray.get(store.config.remote())
             if self._frozen_for is None:
                 router.freeze()  # (it missed the freeze: taken for dead, its State is not in the handover)
-            router.resume(Topology.from_config(cfg, store))
+            topo, decider = self._take_prepared(cfg)
+            router.resume(topo, news and news["seen"], decider)
             self.generation, self._frozen_for = cfg["generation"], None
         elif phase == "freezing":  # a switch to generation + 1 is announced (again, after a store restart)
             if self._frozen_for != generation + 1:
+                if news and news["next"]:
+                    self._prepare(news["next"])
                 self._counts = router.freeze()
                 self._frozen_for = generation + 1
             ray.get(store.ack.remote(router.client, generation + 1, self._counts))
+
+    def _prepare(self, cfg: dict) -> None:
+        """Make the announced generation's topology -- and a decentralized plan's decider -- while this
+        process still decides under the plan in force: the switch's pause starts when it stops. (A
+        selector's client is made at resume: it starts talking to its selector at once.)"""
+        from ray_adaptive.runtime.topology import Topology
+
+        try:
+            topo = Topology.from_config(cfg, self._store, find_placements=False)
+            decider = topo.decider(self._router.client) if topo.selector is None else None
+        except Exception:  # (made again at resume, where a failure is reported)
+            log.debug("ray-adaptive: preparing generation %s failed", cfg.get("generation"), exc_info=True)
+            return
+        self._prepared = (cfg["generation"], cfg["plan"].name, topo, decider)
+
+    def _take_prepared(self, cfg: dict) -> tuple:
+        """The published generation's topology and decider: the ones prepared for it, or made now."""
+        from ray_adaptive.runtime.topology import Topology
+
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[:2] == (cfg["generation"], cfg["plan"].name):
+            topo, decider = prepared[2:]
+            topo.rebuild = cfg.get("rebuild", False)  # (decided once the State was collected)
+            return topo, decider
+        return Topology.from_config(cfg, self._store, find_placements=False), None
 
 
 def _retry(call: Callable, what: str, timeout_s: float = 60.0):
@@ -138,16 +170,15 @@ def _retry(call: Callable, what: str, timeout_s: float = 60.0):
             time.sleep(0.05)
 
 
-def _freeze_all(store, generation: int, ack_timeout_s: float) -> Tuple[list, str]:
+def _freeze_all(store, generation: int, config: dict, ack_timeout_s: float) -> Tuple[list, str]:
     """Announce ``generation`` until every registered process acked under one store incarnation (a
     store that restarts forgets the acks); return the processes that never acked, and that incarnation."""
     deadline = time.monotonic() + ack_timeout_s
-    while True:
-        incarnation = _retry(lambda: store.status.remote(), "the state store")[2]
-        clients = _retry(lambda: store.announce.remote(generation), "the state store")
+    while True:  # (each answer names the store's incarnation: no round trip of its own to ask it)
+        clients, incarnation = _retry(lambda: store.announce.remote(generation, config), "the state store")
         left = max(0.0, deadline - time.monotonic())
-        missing = _retry(lambda: store.wait_acks.remote(generation, clients, left), "the state store")
-        if _retry(lambda: store.status.remote(), "the state store")[2] == incarnation:
+        missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, left), "the state store")
+        if acked_by == incarnation:
             return missing, incarnation
         log.warning("ray-adaptive: the state store restarted during a live switch: announcing again")
 
@@ -171,8 +202,8 @@ def _collect(old, store, incarnation: str) -> Tuple[Optional[dict], bool]:
             exact = False
     else:
         exact = True
-    merged = _retry(lambda: store.state.remote(), "the state store")
-    if _retry(lambda: store.status.remote(), "the state store")[2] != incarnation:
+    merged, now = _retry(lambda: store.snapshot.remote(), "the state store")
+    if now != incarnation:
         return state, False  # a restarted store lost the replicas' pushes
     if state is None:
         return merged, exact
@@ -201,7 +232,7 @@ def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
     new.start_actors()
     phase("built", new)
     start = time.perf_counter()
-    unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
+    unacked, incarnation = _freeze_all(store, generation, new.config(), ack_timeout_s)
     phase("frozen", new)
     state, exact = _collect(old, store, incarnation)
     phase("collected", new)

@@ -69,6 +69,7 @@ class Topology:
     driver_node: str = ""  # where the selector starts (near the process that built the topology)
     records: int = 0  # decisions each scheduler keeps to explain them (see ray_adaptive.plan.explain)
     overflow: bool = False  # Ray's queue holds a full cluster's tasks (see ray_adaptive.plan.holding)
+    found: bool = True  # its placement actors were looked up (see from_config)
 
     def config(self) -> dict:
         """What a process needs to join this generation (kept by the store)."""
@@ -79,31 +80,37 @@ class Topology:
                 "rebuild": self.rebuild, "driver_node": self.driver_node, "records": self.records,
                 "overflow": self.overflow,
                 "selector": actor_name(name, "selector", g) if selector else None,
-                "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)]}
+                "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)],
+                # the selector's handle, once started (the first generation's config is made before it):
+                # a process taking up a generation mid-switch finds it without a look-up in the GCS.
+                # Not kept in the GCS (see StateStore.publish)
+                "handles": self.selector}
 
     @classmethod
-    def from_config(cls, cfg: dict, store) -> "Topology":
+    def from_config(cls, cfg: dict, store, find_placements: bool = True) -> "Topology":
         """The topology a config describes (its actors found by name; a placement actor that died for
-        good is left out: only the selector talks to them, and it works on without it)."""
-        import ray
-
-        def get(name):
-            try:
-                return ray.get_actor(name, namespace=NAMESPACE)
-            except ValueError:
-                return None
-
-        selector = get(cfg["selector"]) if cfg.get("selector") else None
+        good is left out: only the selector talks to them, and it works on without it).
+        ``find_placements=False``: looked up when first needed (a submitting process taking up a
+        generation mid-switch talks to the selector only: a GCS look-up per placement actor would
+        lengthen every switch's pause)."""
+        selector = cfg.get("handles") or (_find(cfg["selector"]) if cfg.get("selector") else None)
         if cfg.get("selector") and selector is None:
             raise RuntimeError(f"the selector {cfg['selector']!r} of the plan in force is gone")
-        placements = [p for p in (get(n) for n in cfg.get("placements", [])) if p is not None]
+        placements = [p for p in map(_find, cfg.get("placements", [])) if p is not None] if find_placements else []
         overflow = cfg.get("overflow", False)
         return cls(cfg["plan"], role_specs(cfg["plan"], overflow), cfg["nodes"], cfg["slots"], cfg["t0"], store,
                    selector, placements, cfg.get("generation", 0), cfg.get("rebuild", False),
-                   cfg.get("driver_node", ""), cfg.get("records", 0), overflow)
+                   cfg.get("driver_node", ""), cfg.get("records", 0), overflow, found=find_placements)
+
+    def _placements(self) -> list:
+        """The placement actors, looked up now if :meth:`from_config` left them."""
+        if not self.found:
+            names = self.config()["placements"]
+            self.placements, self.found = [p for p in map(_find, names) if p is not None], True
+        return self.placements
 
     def actors(self) -> list:
-        return [a for a in (self.store, self.selector, *self.placements) if a is not None]
+        return [a for a in (self.store, self.selector, *self._placements()) if a is not None]
 
     def decider(self, client: str) -> Union[LocalDecider, SelectorClient]:
         """Process ``client``'s way of getting decisions under this generation."""
@@ -116,7 +123,7 @@ class Topology:
     def placement_nodes(self) -> List[str]:
         import ray
 
-        return ray.get([p.where.remote() for p in self.placements])
+        return ray.get([p.where.remote() for p in self._placements()])
 
     def export(self) -> dict:
         """Queues and State of the actors (the submitting processes export their own)."""
@@ -125,7 +132,7 @@ class Topology:
         out = {}
         if self.selector is not None:
             out["selector"] = ray.get(self.selector.export.remote())
-        if self.placements:
+        if self._placements():
             out["placements"] = ray.get([p.export.remote() for p in self.placements])
         return out
 
@@ -199,6 +206,16 @@ def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], drive
     ray.get(store.__ray_ready__.remote())
     topo.start_actors()
     return topo
+
+
+def _find(name: str):
+    """The actor named ``name`` in :data:`NAMESPACE` (None: gone)."""
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
 
 
 def _near(node_id: str):
