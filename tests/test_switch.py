@@ -222,8 +222,8 @@ def test_a_crash_during_a_switch_ends_with_one_topology_and_no_task_lost(drf, ro
 
 
 def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_cluster):
-    """One reply each: the announced config (to prepare while still deciding), then the published
-    config with the State and the others' loads, as each process acked its running tasks."""
+    """One reply each: the next config (to prepare while still deciding), then, once published,
+    the config with the State and the others' loads, as each process acked its running tasks."""
     from ray_adaptive._private import gcs_kv
     from ray_adaptive.dsl import load_policy
     from ray_adaptive.plan import LoweredPlan, Plan
@@ -238,10 +238,15 @@ def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_c
     try:
         for client in ("a", "b"):
             store.join(client)
-        clients, incarnation = store.announce(1, configs[1])
-        assert clients == ["a", "b"]
+        incarnation = store.incarnation
+        assert store.prepare(1, configs[1]) == ["a", "b"]
         *status, news = store.watch(0, "running", incarnation, 0.0, "a")
-        assert status == [0, "freezing", incarnation, []] and news == {"next": configs[1]}
+        assert status == [0, "preparing", incarnation, []] and news == {"next": configs[1]}
+        store.prepared("a", 1)
+        assert store.wait_prepared(1, ["a", "b"], 0.0) == ["b"]  # (the switch goes on without b's)
+        clients, _ = store.announce(1)
+        assert clients == ["a", "b"]
+        assert store.watch(0, "preparing", incarnation, 0.0, "a")[1:] == ("freezing", incarnation, [], None)
         store.ack("a", 1, {"outstanding": {"n1": 2}})
         store.ack("b", 1, {"outstanding": {"n1": 1, "n2": 3}})
         assert store.wait_acks(1, clients, 0.0) == ([], incarnation)

@@ -65,8 +65,10 @@ class StateStore:
         self._merge = dict(merge or {})
         self._outstanding: Dict[str, Dict[str, int]] = {}
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
-        self._phase = "running"  # or "freezing": a switch to generation + 1 was announced
-        self._next: Optional[dict] = None  # while freezing: the config of the generation announced
+        # or "preparing" / "freezing": a switch to generation + 1 shows its config / was announced
+        self._phase = "running"
+        self._next: Optional[dict] = None  # while switching: the config of the next generation
+        self._ready: set = set()  # the processes that prepared for it
         self._acks: Dict[str, dict] = {}  # client -> what it handed over (for the generation announced)
         self._reports: Dict[str, dict] = {}
         self._info: dict = {}  # what the starting process tells operators (why this plan, switches, estimates)
@@ -110,7 +112,7 @@ class StateStore:
         ``(request id, task id)`` pairs, see :meth:`ask`), or after ``timeout_s``. ``news``, what a
         switch's process needs, in this one reply (a switch's pause counts every round trip a process
         makes after it stops deciding): for a caller behind the generation in force, ``{"config",
-        "seen"}`` (a sync's answer); while freezing, ``{"next"}``: the config announced."""
+        "seen"}`` (a sync's answer); while preparing, ``{"next"}``: the next generation's config."""
         with self._cond:
             self._cond.wait_for(lambda: (self._config["generation"], self._phase, self.incarnation)
                                 != (generation, phase, incarnation) or self._requests.get(client), timeout=timeout_s)
@@ -118,7 +120,7 @@ class StateStore:
             if g > generation:
                 news = {"config": self._config, "seen": self._answer(client)}
             else:
-                news = {"next": self._next} if self._phase == "freezing" and self._next is not None else None
+                news = {"next": self._next} if self._phase == "preparing" else None
             return g, self._phase, self.incarnation, self._requests.pop(client, []), news
 
     # -- operators --------------------------------------------------------------
@@ -165,17 +167,40 @@ class StateStore:
                     "reports": {c: dict(r) for c, r in self._reports.items()}, "info": dict(self._info)}
 
     # -- switches -------------------------------------------------------------
-    def announce(self, generation: int, config: Optional[dict] = None) -> Tuple[List[str], str]:
-        """Ask every registered process to freeze for ``generation`` (``config``: its configuration, for
-        processes to prepare its deciders before they stop deciding); return them, and this store's
+    def _check_next(self, generation: int) -> None:
+        if generation != self._config["generation"] + 1:
+            raise ValueError(f"generation {self._config['generation']} is in force: the next is "
+                             f"{self._config['generation'] + 1}, not {generation}")
+
+    def prepare(self, generation: int, config: dict) -> List[str]:
+        """Show every registered process ``generation``'s config, to make its side of it while it still
+        decides (see :mod:`ray_adaptive.runtime.switch`); return them."""
+        with self._cond:
+            self._check_next(generation)
+            self._phase, self._next, self._ready = "preparing", config, set()
+            self._cond.notify_all()
+            return sorted(self._clients)
+
+    def prepared(self, client: str, generation: int) -> None:
+        """A process has made its side of ``generation``."""
+        with self._cond:
+            if self._phase == "preparing" and generation == self._config["generation"] + 1:
+                self._ready.add(client)
+                self._cond.notify_all()
+
+    def wait_prepared(self, generation: int, clients: List[str], timeout_s: float) -> List[str]:
+        """Wait until every one of ``clients`` still registered has prepared; return those that did not."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._missing(clients, self._ready), timeout=timeout_s)
+            return self._missing(clients, self._ready)
+
+    def announce(self, generation: int) -> Tuple[List[str], str]:
+        """Ask every registered process to freeze for ``generation``; return them, and this store's
         incarnation (idempotent)."""
         with self._cond:
-            if generation != self._config["generation"] + 1:
-                raise ValueError(f"generation {self._config['generation']} is in force: the next is "
-                                 f"{self._config['generation'] + 1}, not {generation}")
+            self._check_next(generation)
             if self._phase != "freezing":
                 self._phase, self._acks = "freezing", {}
-            self._next = config
             self._cond.notify_all()
             return sorted(self._clients), self.incarnation
 
@@ -192,11 +217,12 @@ class StateStore:
         """Wait until every one of ``clients`` still registered has acked; return those that did not, and
         this store's incarnation (a restarted one knows of no ack)."""
         with self._cond:
-            def missing() -> List[str]:
-                return [c for c in clients if c in self._clients and c not in self._acks]
+            self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=timeout_s)
+            return self._missing(clients, self._acks), self.incarnation
 
-            self._cond.wait_for(lambda: not missing(), timeout=timeout_s)
-            return missing(), self.incarnation
+    def _missing(self, clients: List[str], have) -> List[str]:
+        """Of ``clients``, those still registered and not in ``have`` (holds the lock)."""
+        return [c for c in clients if c in self._clients and c not in have]
 
     def state(self) -> dict:
         """The merged State of the replicas (what a switch hands over from a decentralized plan)."""

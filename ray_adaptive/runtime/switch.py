@@ -6,10 +6,12 @@ process (its :class:`PlanWatcher` and router):
 
 1. **Build** the next generation's actors beside the running ones (a
    selector awaiting its State, placement actors): nothing is routed to them.
-2. **Freeze.** The store *announces* the generation with its config; each
-   process hears it at once (its watcher's long poll on the store), makes
-   its side of it while still deciding (the topology, a decentralized
-   plan's decider: nothing of it counts in the pause), stops deciding and hands
+   The store shows every process the next generation's config; each makes
+   its side of it while it still decides (the topology, a decentralized
+   plan's decider: no pause counts it) and says so (the coordinator waits
+   ``PREPARE_TIMEOUT_S`` at most: a process slow to, makes it at resume).
+2. **Freeze.** The store *announces* the generation; each process hears it
+   at once (its watcher's long poll on the store), stops deciding and hands
    its decider's holdings to its router: a decentralized decider pushes its
    replica's last changes; a selector's client lets its call in flight land,
    gives back a lease it holds, and waits until the finish notifications it
@@ -59,6 +61,7 @@ __all__ = ["PlanWatcher", "switch"]
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0
+PREPARE_TIMEOUT_S = 2.0
 
 
 class PlanWatcher:
@@ -122,18 +125,20 @@ class PlanWatcher:
             topo, decider = self._take_prepared(cfg)
             router.resume(topo, news and news["seen"], decider)
             self.generation, self._frozen_for = cfg["generation"], None
+        elif phase == "preparing":  # a switch to generation + 1 is coming: make its side of it
+            if self._prepared is None or self._prepared[0] != generation + 1:
+                self._prepare(news["next"])
+            store.prepared.remote(router.client, generation + 1)
         elif phase == "freezing":  # a switch to generation + 1 is announced (again, after a store restart)
             if self._frozen_for != generation + 1:
-                if news and news["next"]:
-                    self._prepare(news["next"])
                 self._counts = router.freeze()
                 self._frozen_for = generation + 1
             ray.get(store.ack.remote(router.client, generation + 1, self._counts))
 
     def _prepare(self, cfg: dict) -> None:
-        """Make the announced generation's topology -- and a decentralized plan's decider -- while this
-        process still decides under the plan in force: the switch's pause starts when it stops. (A
-        selector's client is made at resume: it starts talking to its selector at once.)"""
+        """Make the next generation's topology -- and a decentralized plan's decider -- while this
+        process still decides under the plan in force: no switch's pause counts it. (A selector's
+        client is made at resume: it starts talking to its selector at once.)"""
         from ray_adaptive.runtime.topology import Topology
 
         try:
@@ -170,12 +175,19 @@ def _retry(call: Callable, what: str, timeout_s: float = 60.0):
             time.sleep(0.05)
 
 
-def _freeze_all(store, generation: int, config: dict, ack_timeout_s: float) -> Tuple[list, str]:
+def _prepare_all(store, generation: int, config: dict, timeout_s: float) -> list:
+    """Show every process the next generation's config and wait until each made its side of it, at
+    most ``timeout_s``: one slow to, makes it when it resumes. Return those that did not."""
+    clients = _retry(lambda: store.prepare.remote(generation, config), "the state store")
+    return _retry(lambda: store.wait_prepared.remote(generation, clients, timeout_s), "the state store")
+
+
+def _freeze_all(store, generation: int, ack_timeout_s: float) -> Tuple[list, str]:
     """Announce ``generation`` until every registered process acked under one store incarnation (a
     store that restarts forgets the acks); return the processes that never acked, and that incarnation."""
     deadline = time.monotonic() + ack_timeout_s
     while True:  # (each answer names the store's incarnation: no round trip of its own to ask it)
-        clients, incarnation = _retry(lambda: store.announce.remote(generation, config), "the state store")
+        clients, incarnation = _retry(lambda: store.announce.remote(generation), "the state store")
         left = max(0.0, deadline - time.monotonic())
         missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, left), "the state store")
         if acked_by == incarnation:
@@ -231,8 +243,9 @@ def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
                            old.overflow)
     new.start_actors()
     phase("built", new)
+    _prepare_all(store, generation, new.config(), PREPARE_TIMEOUT_S)
     start = time.perf_counter()
-    unacked, incarnation = _freeze_all(store, generation, new.config(), ack_timeout_s)
+    unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
     phase("frozen", new)
     state, exact = _collect(old, store, incarnation)
     phase("collected", new)
