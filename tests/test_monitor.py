@@ -41,3 +41,20 @@ def test_window_keep_and_trace(tmp_path):
     trace = read_trace(tmp_path / "t.csv")
     assert [t.arrival for t in trace] == [2.0, 3.0, 4.0, 5.0, 6.0]
     assert all(t.duration == pytest.approx(0.1) and t.fields == {"tenant": "a"} for t in trace)
+
+
+def test_load_reports_each_groups_goodput_over_the_last_seconds():
+    """Per group, the finishes since the report ``recent_s`` ago over the time since (at least
+    ``recent_s``): counted from the cumulative counters, not from the records."""
+    import time
+
+    m = Monitor("drf_lb", group_by="tenant")
+    _feed(m, [0.0] * 4, "a")
+    first = m.load(recent_s=60.0)  # younger than recent_s: 4 finishes per 60 s
+    assert first["groups"]["a"]["goodput_per_s"] == pytest.approx(4 / 60.0)
+    time.sleep(0.05)
+    _feed(m, [1.0] * 3, "b")
+    later = m.load(recent_s=0.01)  # since the last report (older than 0.01 s): b's 3 only
+    assert "goodput_per_s" not in later["groups"]["a"]
+    assert 3 / 10.0 < later["groups"]["b"]["goodput_per_s"] <= 3 / 0.05
+    assert (later["finished"], later["groups"]["a"]["finished"]) == (7, 4)  # the cumulative counts stand
