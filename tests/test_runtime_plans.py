@@ -8,6 +8,8 @@ join the same runtime; shutdown leaves no actor and no resource.
 
 import collections
 import json
+import os
+import tempfile
 import threading
 import time
 
@@ -25,9 +27,13 @@ ARCHITECTURES = ("centralized", "decentralized", "hybrid")
 
 
 @ray.remote(num_cpus=1)
-def work(x, sleep=0.0):
+def work(x, sleep=0.0, until=None):
+    """``until``: a file whose creation ends the sleep early -- long tasks outlast a test's checks
+    on a loaded machine, and the test releases them once its checks are done."""
     start = time.time()
-    time.sleep(sleep)
+    end = time.monotonic() + sleep
+    while time.monotonic() < end and not (until and os.path.exists(until)):
+        time.sleep(max(0.0, min(0.02, end - time.monotonic())))
     if x == "fail":
         raise ValueError("task failed")
     return x, ray.get_runtime_context().get_node_id(), start
@@ -44,14 +50,15 @@ class Submitter:
     def join(self):
         return ra.runtime_of("drf_lb").plan.architecture
 
-    def run(self, tenant, n, sleep, gap=0.0):
-        """Submit up to ``n`` tasks (``gap`` s apart) of ``sleep`` s each, until stopped; their results."""
+    def run(self, tenant, n, sleep, gap=0.0, until=None):
+        """Submit up to ``n`` tasks (``gap`` s apart) of ``sleep`` s each (``until``: see work), until
+        stopped; their results."""
         f = ra.policy("drf_lb")(work).options(task={"tenant": tenant, "resource_vec": VEC})
         futures = []
         for i in range(n):
             if self.stopped.is_set():
                 break
-            futures.append(f.submit(i, sleep))
+            futures.append(f.submit(i, sleep, until))
             time.sleep(gap)
         return [x for x, _, _ in ray.get([fut.result() for fut in futures])]
 
@@ -129,6 +136,13 @@ def _assert_state_back_to_zero(selector) -> None:
     assert (snap["pending"], snap["running"]) == ([], []), snap
     for tenant, alloc in snap["state"]["alloc"].items():
         assert alloc == pytest.approx([0.0] * 3, abs=1e-9), (tenant, alloc)
+
+
+@pytest.fixture
+def release():
+    """A file path for ``work``'s ``until``, and the call that creates it (ends those tasks)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="ra-release-"), "release")
+    yield path, lambda: open(path, "w").close()
 
 
 @pytest.fixture
@@ -474,26 +488,28 @@ def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
     for s in subs:
         ray.kill(s)
 
-def test_idle_clients_hand_their_running_tasks_to_a_restarted_selector_at_once(drf):
+def test_idle_clients_hand_their_running_tasks_to_a_restarted_selector_at_once(drf, release):
     """Two processes with tasks running and nothing more to submit: when the selector restarts,
     each hands its running tasks back within a few seconds -- not only when it next submits --
     so the new selector counts their room and State while they still run."""
     rt = drf("centralized", queue=0)  # 4 slots
 
     subs = [Submitter.remote() for _ in range(2)]
-    runs = [s.run.remote(t, 2, 15.0) for s, t in zip(subs, ["a", "b"])]
+    gate, open_gate = release
+    runs = [s.run.remote(t, 2, 60.0, 0.0, gate) for s, t in zip(subs, ["a", "b"])]
     selector = rt.topology.selector
     # (a lease, if either had one, was recalled by the other)
     _export_when(selector, lambda snap: len(snap["running"]) == 4, 30, "4 tasks running")
     ray.kill(selector, no_restart=False)
     _assert_share_rebuilt(selector, runs, {"a": 2, "b": 2})  # a restart takes 1-3 s here; handbacks 0.25 s after
+    open_gate()
     assert ray.get(runs, timeout=60) == [[0, 1]] * 2
     _assert_state_back_to_zero(selector)
     for s in subs:
         ray.kill(s)
 
 
-def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_state(drf):
+def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_state(drf, release):
     """A process slow to hand its running tasks to a restarted selector (here: held back until
     another process leases it) finds the lease out, and the holder's State, handed back on the
     recall, knows nothing of them: their OnDispatch runs after it lands. Before, it ran first
@@ -505,7 +521,8 @@ def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_stat
     selector, decider = rt.topology.selector, rt.router.decider
     ray.get(fn.remote("warm"))  # this process leases the selector: alone
     slow = Submitter.remote()
-    run = slow.run.remote("a", 2, 15.0)  # recalls the lease; its tasks run decided by the selector
+    gate, open_gate = release
+    run = slow.run.remote("a", 2, 60.0, 0.0, gate)  # recalls the lease; its tasks run decided by the selector
     _export_when(selector, lambda snap: len(snap["running"]) == 2, 30, "slow's 2 tasks running")
     ray.get(slow.check_every.remote(1000.0))
     ray.kill(selector, no_restart=False)
@@ -524,12 +541,13 @@ def test_running_tasks_handed_back_while_a_lease_is_out_keep_their_share_of_stat
     wait_for(leased_again, timeout=20, period=0.3, message="a lease after the restart (else the race is not set up)")
     ray.get(slow.check_every.remote(0.25))  # it checks now: its rebuild recalls the lease
     _assert_share_rebuilt(selector, [run], {"a": 2})
+    open_gate()
     assert ray.get(run, timeout=60) == [0, 1]
     _assert_state_back_to_zero(selector)
     ray.kill(slow)
 
 
-def test_a_lease_holder_hands_its_running_tasks_to_a_restarted_selector_with_their_share_of_state(drf):
+def test_a_lease_holder_hands_its_running_tasks_to_a_restarted_selector_with_their_share_of_state(drf, release):
     """A lone process holds the lease when the selector dies. The restarted one never granted
     that lease, so the State handed back is the only record of the tasks it decided: their
     OnDispatch rebuilds their share there, as after any restart, and their finishes take it
@@ -537,15 +555,17 @@ def test_a_lease_holder_hands_its_running_tasks_to_a_restarted_selector_with_the
     rt = drf("centralized", queue=0)  # 4 slots
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
     selector, decider = rt.topology.selector, rt.router.decider
-    refs = [fn.remote(i, 8.0) for i in range(2)]  # alone: decided here, under the lease
+    gate, open_gate = release
+    refs = [fn.remote(i, 60.0, gate) for i in range(2)]  # alone: decided here, under the lease
     assert decider.leases == 1 and not decider.remote
     ray.kill(selector, no_restart=False)
     _assert_share_rebuilt(selector, refs, {"a": 2})  # the holder's next poll meets the new incarnation
+    open_gate()
     assert [x for x, _, _ in ray.get(refs, timeout=60)] == [0, 1]
     _assert_state_back_to_zero(selector)
 
 
-def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_of_state(drf):
+def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_of_state(drf, release):
     """A holder silent for LEASE_TIMEOUT_S after a recall loses the lease, and State reverts to
     the grant's. When it wakes and hands back its running tasks, their OnDispatch rebuilds their
     share (before, they were adopted without it, and their finishes drove it below zero). A task
@@ -554,16 +574,18 @@ def test_a_lease_taken_back_from_a_silent_holder_keeps_its_running_tasks_share_o
     rt = drf("centralized", queue=0, executors=2)  # 8 slots: this process's task runs beside the holder's
     selector = rt.topology.selector
     holder = Submitter.remote()
-    run = holder.run.remote("a", 2, 15.0)  # alone: it leases the selector and decides them itself
+    gate, open_gate = release
+    run = holder.run.remote("a", 2, 60.0, 0.0, gate)  # alone: it leases the selector and decides them itself
     wait_for(lambda: ray.get(selector.stats.remote())["holder"] is not None, timeout=30, period=0.05, message="a lease out")
     wait_for(lambda: ray.get(holder.dispatched.remote()) == 2, timeout=30, message="both decided under the lease, and launched")
     frozen = holder.freeze.remote(7.0)
     wait_for(lambda: ray.get(holder.is_frozen.remote()), timeout=30, message="the holder frozen")
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "b", "resource_vec": VEC})
-    b = fn.remote("b", 12.0)  # decided once the silent holder lost the lease; running, it keeps any
+    b = fn.remote("b", 60.0, gate)  # decided once the silent holder lost the lease; running, it keeps any
     assert ray.get(selector.stats.remote())["holder"] is None  # new lease from the holder's next poll
     ray.get(frozen, timeout=30)
     _assert_share_rebuilt(selector, [run, b], {"a": 2, "b": 1})  # the late handback
+    open_gate()
     assert ray.get(run, timeout=60) == [0, 1] and ray.get(b, timeout=60)[0] == "b"
     _assert_state_back_to_zero(selector)
     ray.kill(holder)

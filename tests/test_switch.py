@@ -21,6 +21,9 @@ from ray_adaptive.runtime.topology import NAMESPACE, actor_name
 from tests.conftest import wait_for
 
 VEC = [0.1, 0.2, 0.1]
+# about 100 submissions/s per process, 300/s in all: near the 8 CPUs' 400/s of 20 ms tasks, so the
+# switch happens under load but no backlog builds that a round must then wait out
+GAP_S = 0.01
 DIRECTIONS = [("centralized", "decentralized"), ("decentralized", "centralized"), ("centralized", "hybrid"),
               ("hybrid", "centralized"), ("decentralized", "hybrid"), ("hybrid", "decentralized")]
 
@@ -48,19 +51,22 @@ class Submitter:
     """Another process submitting DRF-LB tasks of one tenant until stopped."""
 
     def __init__(self):
-        self.stopped = threading.Event()
+        # the rounds stopped: a threaded actor may run a round's stop before its run (a process
+        # slow to start has both queued), and that round must then stop at once, not run on
+        self.stopped: set = set()
 
-    def run(self, tenant: str, marks: str, sleep: float):
+    def run(self, tenant: str, marks: str, sleep: float, tag: str = ""):
+        """Submit until round ``tag`` is stopped; marker files ``<tenant><tag>-<i>``."""
         f = ra.policy("drf_lb")(marked).options(task={"tenant": tenant, "resource_vec": VEC})
         futures, i = [], 0
-        while not self.stopped.is_set():
-            futures.append(f.submit(marks, f"{tenant}-{i}", sleep))
+        while tag not in self.stopped:
+            futures.append(f.submit(marks, f"{tenant}{tag}-{i}", sleep))
             i += 1
-            time.sleep(0.002)
+            time.sleep(GAP_S)
         return i, ray.get([fut.result(timeout=120) for fut in futures], timeout=120)
 
-    def stop(self):
-        self.stopped.set()
+    def stop(self, tag: str = ""):
+        self.stopped.add(tag)
 
 
 def _alive(name: str) -> bool:
@@ -93,66 +99,108 @@ def _alloc_is(rt, expected: dict) -> bool:
 def drf(ray_cluster):
     yield lambda plan: ra.start("drf_lb", plan=plan, executors=1, queue=2)
     ra.shutdown()
-    names = [actor_name("drf_lb", "store")] + [n for g in range(4) for n in _actors_of(g)]
+    names = [actor_name("drf_lb", "store")] + [n for g in range(7) for n in _actors_of(g)]
     wait_for(lambda: not any(_alive(n) for n in names) and not resources.created_resources(), timeout=15,
              message="the runtime's actors and resources gone")
 
 
+class _Load:
+    """Three processes submitting short DRF-LB tasks -- this one (tenant a) and two actors (b, c) --
+    each task leaving a marker file; started and stopped around switches, as often as needed."""
+
+    def __init__(self, marks: str):
+        self.marks, self.rounds, self.submitted = marks, 0, 0
+        self.subs = [Submitter.remote() for _ in range(2)]
+        self.fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
+
+    def start(self) -> None:
+        tag, self.rounds = str(self.rounds), self.rounds + 1
+        self._runs = [s.run.remote(t, self.marks, 0.02, tag) for s, t in zip(self.subs, "bc")]
+        self._mine, self._stop, self._tag = [], threading.Event(), tag
+
+        def load():
+            while not self._stop.is_set():
+                self._mine.append(self.fn.remote(self.marks, f"a{tag}-{len(self._mine)}", 0.02))
+                time.sleep(GAP_S)
+
+        self._loader = threading.Thread(target=load)
+        self._loader.start()
+
+    def stop(self) -> None:
+        """Stop; every result reached its caller, in order."""
+        self._stop.set()
+        self._loader.join()
+        for s in self.subs:
+            s.stop.remote(self._tag)
+        results = ray.get(self._runs, timeout=120)
+        assert ray.get(self._mine, timeout=120) == [f"a{self._tag}-{i}" for i in range(len(self._mine))]
+        for (n, got), t in zip(results, "bc"):
+            assert got == [f"{t}{self._tag}-{i}" for i in range(n)]
+        self.submitted += len(self._mine) + sum(n for n, _ in results)
+
+
+def _longs(load: _Load, n: int = 2) -> list:
+    """``n`` tasks of tenant a that run until released (no CPU: a node running two of them must not
+    hold the short tasks the policy sends it, as the cluster model would have them run beside)."""
+    return [load.fn.options(num_cpus=0).remote(load.marks, f"long-{i}", -1) for i in range(n)]
+
+
+def _check_switch(rt, entry, to: str, generation: int) -> None:
+    assert entry["exact"] and not entry["unacked"], entry
+    assert rt.plan.architecture == to and rt.topology.generation == generation
+    # the pause runs from the replaced plan's last decision -- one decided before the freeze may
+    # launch after it -- to the next plan's first: its parts follow one another
+    for part, seconds in rt.pause_parts().get(generation, {}).items():
+        assert seconds >= 0, (part, rt.pause_parts())
+
+
 def _switch_under_load(rt, to: str, on_phase=None, long_tasks: int = 2):
     """Three processes submit; two long tasks of tenant a run through the switch. Returns what to check."""
-    marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
-    subs = [Submitter.remote() for _ in range(2)]
-    runs = [s.run.remote(t, marks, 0.02) for s, t in zip(subs, "bc")]
-    fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
-    mine, stop = [], threading.Event()
-
-    def load():
-        while not stop.is_set():
-            mine.append(fn.remote(marks, f"a-{len(mine)}", 0.02))
-            time.sleep(0.002)
-
-    loader = threading.Thread(target=load)
-    loader.start()
+    load = _Load(tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp"))
+    load.start()
     time.sleep(1.5)
-    # (no CPU: a node running two of them must not hold the short tasks the policy sends it, as the
-    # cluster model would have them run beside)
-    longs = [fn.options(num_cpus=0).remote(marks, f"long-{i}", -1) for i in range(long_tasks)]
+    longs = _longs(load, long_tasks)
     slots_before = resources.created_resources()
     entry = rt.switch(to, _on_phase=on_phase)
     time.sleep(1.0)
-    # the pause runs from the replaced plan's last decision -- one decided before the freeze may
-    # launch after it -- to the next plan's first: its parts follow one another
-    for part, seconds in rt.pause_parts().get(entry["generation"], {}).items():
-        assert seconds >= 0, (part, rt.pause_parts())
-    stop.set()
-    loader.join()
-    for s in subs:
-        s.stop.remote()
-    results = ray.get(runs, timeout=120)
-    assert ray.get(mine, timeout=120) == [f"a-{i}" for i in range(len(mine))]
-    for (n, got), t in zip(results, "bc"):
-        assert got == [f"{t}-{i}" for i in range(n)]
-    submitted = len(mine) + sum(n for n, _ in results) + long_tasks + 1  # (+ the release file)
-    return marks, longs, submitted, slots_before, entry
+    load.stop()
+    submitted = load.submitted + long_tasks + 1  # (+ the release file)
+    return load.marks, longs, submitted, slots_before, entry
 
 
-@pytest.mark.parametrize("old, new", DIRECTIONS, ids=[f"{a}-to-{b}" for a, b in DIRECTIONS])
-def test_a_live_switch_loses_and_repeats_nothing(drf, old, new):
-    rt = drf(old)
-    marks, longs, submitted, slots, entry = _switch_under_load(rt, new)
-    assert entry["exact"] and not entry["unacked"], entry
-    assert rt.plan.architecture == new and rt.topology.generation == 1
-    # while only the long tasks run, the State is theirs alone: their OnDispatch came across the switch
-    wait_for(lambda: _alloc_is(rt, {"a": len(longs)}), timeout=30, message="State rebuilt from the running tasks")
-    assert not ray.wait(longs, timeout=0)[0]
-    _release(marks)
+def test_live_switches_in_every_direction_lose_and_repeat_nothing(drf):
+    """One chain through the six directions between the three architectures, under load from three
+    processes, two long tasks running through all of it. After each switch: the State is the one
+    rebuilt from the tasks still running, the replaced generation's actors are gone, the slot
+    resources the same; at the end every body ran once and the State is back to zero."""
+    rt = drf(DIRECTIONS[0][0])
+    load = _Load(tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp"))
+    load.start()
+    time.sleep(1.0)
+    longs = _longs(load)
+    slots = resources.created_resources()
+    chain = ["decentralized", "hybrid", "centralized", "hybrid", "decentralized", "centralized"]
+    assert {(a, b) for a, b in zip([rt.plan.architecture, *chain], chain)} == set(DIRECTIONS)
+    for generation, to in enumerate(chain, start=1):
+        if generation > 1:
+            load.start()
+            time.sleep(1.0)
+        _check_switch(rt, rt.switch(to), to, generation)
+        time.sleep(0.5)
+        load.stop()
+        wait_for(lambda: _alloc_is(rt, {"a": len(longs)}), timeout=30,
+                 message=f"State of the running tasks after the switch to {to}")
+        assert not ray.wait(longs, timeout=0)[0]
+        assert resources.created_resources() == slots  # the slot resources stayed: no churn
+        wait_for(lambda: not any(_alive(n) for n in _actors_of(generation - 1)), timeout=15,
+                 message=f"generation {generation - 1}'s actors gone")
+    if rt.topology.selector is not None:
+        assert _alive(actor_name("drf_lb", "selector", len(chain)))
+    _release(load.marks)
     assert ray.get(longs, timeout=60) == [f"long-{i}" for i in range(len(longs))]
     wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero: each OnDispatch one OnFinish")
-    assert len(os.listdir(marks)) == submitted  # every body ran, and (O_EXCL) none twice
-    assert resources.created_resources() == slots  # the slot resources stayed: no churn
-    wait_for(lambda: not any(_alive(n) for n in _actors_of(0)), timeout=15, message="the old plan's actors gone")
-    if rt.topology.selector is not None:
-        assert _alive(actor_name("drf_lb", "selector", 1))
+    assert len(os.listdir(load.marks)) == load.submitted + len(longs) + 1  # every body ran, and (O_EXCL) none twice
+    assert [e["to"].split("+")[0] for e in rt.history] == chain
 
 
 def test_a_process_that_joins_during_a_switch_takes_up_the_new_plan(drf):
@@ -174,23 +222,6 @@ def test_a_process_that_joins_during_a_switch_takes_up_the_new_plan(drf):
     n, got = ray.get(run, timeout=60)
     assert n > 0 and got == [f"d-{i}" for i in range(n)] and len(os.listdir(marks)) == n
     wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero")
-
-
-def test_switching_back_and_forth_keeps_the_state_exact(drf):
-    rt = drf("decentralized")
-    fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
-    marks = tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp")
-    longs = [fn.options(num_cpus=0).remote(marks, f"long-{i}", -1) for i in range(3)]
-    for plan in ("hybrid", "centralized", "decentralized", "centralized"):
-        rt.switch(plan)
-        wait_for(lambda: _alloc_is(rt, {"a": 3}), timeout=30, message=f"State of the running tasks under {plan}")
-    _release(marks)
-    assert [e["to"].split("+")[0] for e in rt.history] == ["hybrid", "centralized", "decentralized", "centralized"]
-    assert [e["generation"] for e in rt.history] == [1, 2, 3, 4]
-    ray.get(longs, timeout=60)
-    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero")
-    wait_for(lambda: not any(_alive(n) for g in range(4) for n in _actors_of(g)), timeout=15,
-             message="every retired generation's actors gone")
 
 
 @pytest.mark.parametrize("role, phase, old, new", [
