@@ -271,7 +271,7 @@ def _read_profile(path: str):
                    "load near the execution bound need a longer window).")
 @click.option("--whole-window", is_flag=True,
               help="Replay every plan over the whole window (a more precise competitive ratio; by default a "
-                   "replay stops once its ratio is settled against the limit).")
+                   "replay stops once its ratio is settled above the limit).")
 @click.option("--replay-all", is_flag=True,
               help="Replay every plan (by default only the plans whose competitive ratio can change the choice).")
 @click.option("--limit", type=_Finite(min=1.0, max=MAX_RATE), default=None,

@@ -371,6 +371,10 @@ def test_replays_that_stop_once_settled_keep_every_verdict(rate):
     assert settled.choice.estimate.plan.name == whole.choice.estimate.plan.name
     assert {n: v.kept for n, v in settled.choice.verdicts.items()} == {n: v.kept for n, v in whole.choice.verdicts.items()}
     sampled = [sum(e.quality["decisions"] for e in c.estimates) for c in (settled, whole)]
-    # (a plan replays several of its sync periods before it may stop, unless it is already clear above the
-    # limit: settling saves less than it once did, when replays stopped before replicas had diverged)
-    assert sampled[0] < sampled[1] * 0.75, sampled
+    # (only a plan clear above the limit stops early: within or near it, a replay runs to its end)
+    assert sampled[0] <= sampled[1], sampled
+    for e in settled.estimates:
+        if e.competitive_ratio <= settled.limit:
+            assert e.quality["decisions"] == whole.estimate(e.plan.name).quality["decisions"], e.plan.name
+    if rate == 900:  # above the bound the decentralized plans are out after a few batches
+        assert sampled[0] < sampled[1] * 0.75, sampled

@@ -28,14 +28,48 @@ def test_a_plan_synced_every_100ms_is_replayed_over_several_periods():
     and replicas never diverged while the ratio was estimated (issue 23). The window is sized in time."""
     w = window_size(rate=10_795, capacity=8_500, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
     assert w.sample_s >= 4 * 0.1 and w.tasks >= 0.4 * 10_795
-    assert w.after(0.1, 4) == pytest.approx(w.warm_s + 0.4)  # a sync-100ms plan may not stop before then
-    assert w.after(0.0, 4) == pytest.approx(w.warm_s + w.sample_s / 2)  # without periods: half the sample
-    # many clients, or a load at the execution bound, need more; a cap bounds the cost
+    # many clients need more; a cap bounds the cost
     assert window_size(rate=1000, capacity=4000, periods_s=(), clients=400, timeout=1.0).sample_s >= 400 * 8 / 1000
-    knee = window_size(rate=520, capacity=510, periods_s=(0.1,), clients=5, timeout=1.0)
-    assert knee.warm_s == 1.0 and "near the execution bound" in knee.why
     big = window_size(rate=85_000, capacity=42_500, periods_s=(0.1,), clients=5, timeout=1.0, max_tasks=30_000)
     assert big.capped and big.tasks == 30_000 and big.sample_s >= 0.3
+
+
+def test_near_the_execution_bound_the_replay_samples_several_timeouts():
+    """At the 12-node bound a backlog builds for seconds and the ratio of a decentralized plan swings with
+    it (1.0-1.9 from one second to the next): 0.4 s sampled after a timeout's warm-up estimated 1.06-1.10
+    for plans the simulator found at 1.4-2.8 (issue 23). The sample covers 3 timeouts after a warm-up of one."""
+    for rate in (495, 510, 520):
+        knee = window_size(rate=rate, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+        assert knee.warm_s == 1.0 and knee.sample_s >= 3.0 and "near the execution bound" in knee.why
+    far = window_size(rate=300, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+    assert far.tasks == 600 and "near" not in far.why  # (the fewest tasks; no timeouts sampled)
+    # at a thousand nodes the cap cuts the timeouts first, then the warm-up: the periods are still sampled
+    big = window_size(rate=42_500, capacity=42_500, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
+    assert big.capped and big.tasks == 30_000 and big.sample_s == pytest.approx(0.4) and big.warm_s > 0.25
+
+
+def test_the_interval_is_taken_over_batches_as_long_as_a_backlog_lasts():
+    """Bursty arrivals at 0.78x the bound: episodes of contention last up to a task timeout, and batches of
+    0.38 s gave an interval up to 1.17 for a plan at 1.20-1.32 in runs of 15 s (issue 23). With three
+    timeouts sampled, the batches are a timeout long; deciding to stop early (above the limit) takes the
+    shorter ones, and so does a sample too short for three."""
+    w = window_size(rate=530, capacity=680, periods_s=(0.1, 0.01), clients=5, timeout=1.0, dispersion=15)
+    assert w.sample_s >= 3.0 and w.batch_s(0.1) == 1.0
+    assert w.batch_s(0.1, backlogs=False) == pytest.approx(w.sample_s / 8)
+    short = window_size(rate=300, capacity=510, periods_s=(0.1,), clients=5, timeout=1.0)
+    assert short.batch_s(0.1) == pytest.approx(max(0.05, short.sample_s / 8))
+    assert window_size(rate=510, capacity=510, periods_s=(), clients=5, timeout=math.inf).batch_s(0.0) < 0.1
+
+
+def test_at_the_execution_bound_a_decentralized_plan_is_not_chosen_on_a_calm_start():
+    """DRF-LB at the 12-node execution bound: the compiler chose decentralized+power-of-2+store per
+    decision, estimated 1.07 (interval up to 1.13) from 0.4 s after a second's warm-up; the simulator put
+    it at 1.4-1.75 (reproduce --adaptive, phase 2), and 2.5 once the backlog has built (issue 23)."""
+    c = compile_policy(load_policy("drf_lb"), rate=510, profile=FIXED, measure=False, workers=1,
+                       space=PlanSpace(architectures=("decentralized", "hybrid"), heartbeat_s=()))
+    assert c.size.sample_s >= 3.0 and c.choice.estimate.plan.architecture.value == "hybrid"
+    replayed = [e for e in c.estimates if "ci" in e.quality and e.plan.architecture.value == "decentralized"]
+    assert replayed and all(e.interval[1] > 1.2 for e in replayed)
 
 
 def test_the_compiled_window_covers_the_periods_and_the_replays_do_too():
@@ -46,8 +80,8 @@ def test_the_compiled_window_covers_the_periods_and_the_replays_do_too():
     end = c.window.tasks[-1].arrival
     synced = [e for e in c.estimates if e.plan.sync.kind.value == "periodic" and e.competitive_ratio <= 1.2]
     assert synced
-    for e in synced:  # within the limit: not stopped before 4 periods (or the window's end)
-        assert e.quality["replayed_s"] >= min(c.size.warm_s + 0.4, end) - 1e-6, e.plan.name
+    for e in synced:  # within the limit: replayed to the window's end
+        assert e.quality["replayed_s"] >= end - 1e-6, e.plan.name
     assert "window:" in c.format()
 
 
@@ -61,9 +95,9 @@ def test_bursty_arrivals_lengthen_the_sample():
     bursty = np.sort(np.concatenate([s + np.arange(8) * 0.0005 for s in rng.uniform(0, 5, 375)]))
     d = arrival_dispersion(bursty)
     assert arrival_dispersion(poisson) < 1.5 < 5 < d
-    calm = window_size(rate=600, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0)
-    busy = window_size(rate=600, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0, dispersion=d)
-    assert busy.sample_s > 4 * calm.sample_s and "bursty" in busy.why
+    calm = window_size(rate=500, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0)  # (below the knee)
+    busy = window_size(rate=500, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0, dispersion=d)
+    assert busy.sample_s > 3 * calm.sample_s and "bursty" in busy.why
 
 
 def test_batch_means_interval_widens_for_correlated_batches():
@@ -90,6 +124,19 @@ def test_a_plan_at_risk_loses_to_one_safely_within_the_limit_unless_none_is():
     assert chosen.verdicts["D"].why.startswith("at risk: competitive ratio 1.15, but its 95% interval reaches 1.31")
     only = choose([d], rate=420, limit=1.2)  # none is safe: the one at risk counts as within
     assert only.estimate.plan.name == "D" and "at risk, as every plan" in only.verdicts["D"].why
+
+
+def test_near_ties_go_to_the_plan_further_within_the_limit():
+    """Six tenants on 16 nodes at 0.9x the bound: decentralized+heartbeat+sync (2.15 ms, ratio 1.12, its
+    interval up to 1.16) and decentralized+power-of-2+sync (2.22 ms, 1.03 up to 1.04), equally simple, are
+    near-ties; the first won on its 3% lower latency, and the simulator put it at 1.23 (issue 23)."""
+    hb = est("D+hb", "decentralized", 2.15e-3, 3874, 1.12, [1.09, 1.16])
+    p2 = est("D+p2", "decentralized", 2.22e-3, 3976, 1.03, [1.01, 1.04])
+    c = choose([hb, p2], rate=480, limit=1.2)
+    assert c.estimate.plan.name == "D+p2" and "further within the limit" in c.why
+    assert choose([hb, p2], rate=480, limit=None).estimate.plan.name == "D+hb"  # no limit: latency decides
+    central = est("C", "centralized", 2.25e-3, 4000, 1.15, [1.1, 1.19])
+    assert choose([hb, p2, central], rate=480, limit=1.2).estimate.plan.name == "C"  # the simpler plan first
 
 
 def test_the_chosen_verdict_reads_as_a_choice_not_a_rejection():

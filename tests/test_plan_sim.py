@@ -158,6 +158,10 @@ def test_competitive_ratio_handles_zero_and_negative_ideal_scores():
     r = metrics.decision_ratios([120, 1, -5, math.inf], [100, 0, -10, 3], scale=2.0)
     assert list(r) == [1.2, 1.5, 3.5, 100.0]
     assert metrics.score_scale([0, 0, 4, -2, math.inf]) == 3.0
+    # the yardstick moves with the scores, not in jumps: DRF-LB's shares step by 100 (one task), and a
+    # median between two steps flipped 200 <-> 300 between runs of one plan (issue 23)
+    flips = [metrics.score_scale([200] * (50 + d) + [300] * (50 - d)) for d in (-2, 2)]
+    assert flips[0] - flips[1] < 10
     assert metrics.competitive_ratio([], [])["mean"] == 1.0
     assert metrics.decision_ratios([5], [10], 1.0)[0] == 1.0  # a pair among the ideal's m is ideal
 
@@ -250,28 +254,31 @@ def test_trace_rows_get_their_own_field_values(tmp_path):
 
 # ------------------------------------------------------- replays that stop once settled
 
-def test_settle_waits_for_enough_batches_then_places_the_mean_against_the_limit():
+def test_settle_stops_a_replay_only_once_its_ratio_is_surely_above_the_limit():
     rule = metrics.Settle(limit=1.2)
-    ones = [10.0] * 99
-    assert not rule.done(ones, ones)  # 3 batches of 25: too few to judge
-    assert rule.done(ones + [10.0], ones + [10.0])  # 4 batches, all ideal: 1.0, far below the limit
     rng = np.random.default_rng(0)
     ideal = [10.0] * 200
     far = list(10.0 * (1 + rng.uniform(0.6, 1.0, 200)))  # ratios 1.6-2.0: far above the limit
+    assert not rule.done(far[:99], ideal[:99])  # 3 batches of 25: too few to judge
     assert rule.done(far, ideal)
     near = list(10.0 * (1 + rng.uniform(0.0, 0.4, 200)))  # ratios 1.0-1.4 around 1.2: neither side is sure
     assert not rule.done(near, ideal)
-    assert metrics.Settle(limit=None, precision=0.5).done(near, ideal)  # no limit: known to within 50%
+    # all ideal, far below the limit: a calm stretch, not a settled ratio -- contention comes in episodes
+    # (bursts, a backlog building at the bound) that the rest of the replay may still meet
+    assert not rule.done(ideal, ideal)
+    assert not metrics.Settle(limit=None).done(far, ideal)  # no limit: nothing to be above
     with pytest.raises(ValueError, match="min_batches >= 2"):
         metrics.Settle(min_batches=1)
 
 
-def test_a_settled_replay_stops_early_on_the_same_side_of_the_limit():
+def test_a_settled_replay_stops_early_above_the_limit_only():
     sc = paper(700, seconds=1.0)
-    for name in ("centralized", "decentralized+sync 100ms"):
-        whole = simulate(sim_plan(name), sc, prefill=True, cr_from=0.3)
-        short = simulate(sim_plan(name), sc, prefill=True, cr_from=0.3, settle=metrics.Settle(limit=1.2))
-        assert short.events < whole.events / 2 and 100 <= short.cr_impl.size < whole.cr_impl.size
-        means = whole.metrics().cr["mean"], short.metrics().cr["mean"]
-        assert (means[0] <= 1.2) == (means[1] <= 1.2), means
-        assert short.window[1] < whole.window[1]  # the metrics cover the replayed part only
+    whole = simulate(sim_plan("decentralized+sync 100ms"), sc, prefill=True, cr_from=0.3)
+    short = simulate(sim_plan("decentralized+sync 100ms"), sc, prefill=True, cr_from=0.3,
+                     settle=metrics.Settle(limit=1.2))
+    assert short.events < whole.events / 2 and 100 <= short.cr_impl.size < whole.cr_impl.size
+    assert whole.metrics().cr["mean"] > 1.2 and short.metrics().cr["mean"] > 1.2
+    assert short.window[1] < whole.window[1]  # the metrics cover the replayed part only
+    within = [simulate(sim_plan("centralized"), sc, prefill=True, cr_from=0.3, settle=s)
+              for s in (None, metrics.Settle(limit=1.2))]
+    assert within[0].events == within[1].events and within[1].metrics().cr["mean"] <= 1.2

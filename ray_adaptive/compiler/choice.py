@@ -9,7 +9,10 @@
    (default 10%: a scheduler run at 100% has unbounded queues).
 4. Of the rest, the lowest latency; plans within ``tie`` (default 5%) of it
    are near-ties, which go to the simpler plan: centralized before
-   decentralized before hybrid, then fewer approximations.
+   decentralized before hybrid, then fewer approximations; then to the plan
+   whose ratio's interval stays furthest below the limit (near-ties are too
+   close to call on latency, and the ratio is the estimate the compiler is
+   least sure of).
 5. If no plan carries the rate: the highest-throughput plan within the limit
    (the paper's Table 1: hybrid above saturation). If no plan meets the
    limit at all: the one with the best competitive ratio.
@@ -78,6 +81,15 @@ def _quality(e: Estimate, limit: Optional[float]) -> str:
     return "at risk" if not math.isnan(hi) and hi > limit else "ok"
 
 
+def _upper(e: Estimate) -> float:
+    """How far up a plan's competitive ratio may be: its interval's upper end (the ratio when it has no
+    interval; inf when it has not been estimated)."""
+    hi = e.interval[1]
+    if not math.isnan(hi):
+        return hi
+    return e.competitive_ratio if not math.isnan(e.competitive_ratio) else math.inf
+
+
 def choose(estimates: Sequence[Estimate], rate: Optional[float], limit: Optional[float],
            headroom: float = 0.1, tie: float = 0.05) -> Choice:
     """Apply the rules above; ``rate`` None keeps every plan on throughput, ``limit`` None on quality."""
@@ -114,13 +126,18 @@ def choose(estimates: Sequence[Estimate], rate: Optional[float], limit: Optional
     if kept:
         best = min(e.latency_s for e in kept)
         near = [e for e in kept if e.latency_s <= best * (1 + tie)]
-        chosen = min(near, key=lambda e: (e.plan.complexity, e.latency_s))
+        margin = (lambda e: _upper(e)) if limit is not None else (lambda e: 0.0)
+        chosen = min(near, key=lambda e: (e.plan.complexity, margin(e), e.latency_s))
+        fastest = min(near, key=lambda e: (e.latency_s, e.plan.complexity))
         if chosen.latency_s <= best * (1 + 1e-12):
             why = f"lowest latency ({_ms(chosen.latency_s)})"
             if len(near) > 1:
                 why += f" and the simplest of {len(near)} plans within {tie:.0%} of it"
         else:
-            why = f"within {tie:.0%} of the lowest latency ({_ms(chosen.latency_s)} vs {_ms(best)}) and simpler"
+            why = f"within {tie:.0%} of the lowest latency ({_ms(chosen.latency_s)} vs {_ms(best)}) and " + (
+                "simpler" if chosen.plan.complexity < fastest.plan.complexity else
+                f"further within the limit (its ratio's interval reaches {_upper(chosen):.2f}, "
+                f"{fastest.plan.name}'s {_upper(fastest):.2f})")
         verdicts[chosen.plan.name] = Verdict(True, f"{verdicts[chosen.plan.name].why}; {why}")
     elif within:
         chosen = min(within, key=lambda e: (-round(e.throughput, 6), e.plan.complexity, e.latency_s))

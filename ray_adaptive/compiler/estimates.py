@@ -160,10 +160,13 @@ def _replay(args) -> dict:
 
     The yardstick is applied by :func:`_summarise`.
     """
-    sim_plan, window, seed, prefill, cr_from, settle, batch_s, arch = args
+    sim_plan, window, seed, prefill, cr_from, settle, (short_s, batch_s), arch = args
     # (the window's fields were checked against the policy once, by workload_window)
+    end = _end(window)
     r = simulate(sim_plan, window, seed=seed, prefill=prefill, cr_from=cr_from, settle=settle, validate=False,
-                 until=_end(window))
+                 until=end)
+    if r.window[1] < end:  # stopped early, above the limit: on the batches that said so (see WindowSize.batch_s)
+        batch_s = short_s
     mt = r.metrics()
     role = Role.SELECTOR if arch is not Architecture.DECENTRALIZED else Role.SCHEDULERS
     decided = sum(s.decisions for s in r.schedulers if s.role == role)
@@ -204,7 +207,7 @@ def busy_level(rate: Optional[float], throughput: float, capacity: Optional[floa
 def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile: Profile, window: Scenario,
                      seed: int = 0, prefill: "bool | float" = False, limit: Optional[float] = None,
                      scale: Optional[float] = None, warm: "float | WindowSize" = 1 / 3, workers: int = 1,
-                     settle: bool = True, periods: int = 4, rate: Optional[float] = None,
+                     settle: bool = True, rate: Optional[float] = None,
                      capacity: Optional[float] = None,
                      deciding: Optional[Callable[[list], list]] = None) -> list[Estimate]:
     """Replay ``window`` under every plan; fill in the competitive ratio (``scale``: one yardstick for all
@@ -214,9 +217,9 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     share of the window by arrivals -- brings each plan to its own steady state (its backlogs, its
     State); decisions after it are sampled (``window`` carries the policy's fields:
     :func:`~ray_adaptive.compiler.pipeline.workload_window` checked them). With ``settle``, a plan's
-    replay stops once its mean ratio is settled against ``limit``
-    (:class:`~ray_adaptive.sim.metrics.Settle`), but not before it has covered ``periods`` of its own
-    sync or heartbeat period. ``workers`` > 1 replays in that many processes (the same result).
+    replay stops once its mean ratio is settled above ``limit``
+    (:class:`~ray_adaptive.sim.metrics.Settle`): a plan within or near the limit is replayed to the
+    window's end. ``workers`` > 1 replays in that many processes (the same result).
     Each replay starts from its plan's steady state: with ``rate`` and ``capacity`` (the cluster's
     execution bound), the slots its throughput keeps busy (:func:`busy_level`); else ``prefill``.
     ``deciding``: replay only the plans this names, given the estimates so far, until it names none
@@ -239,9 +242,11 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
             continue
         current[e.plan.name] = e
         period = plan_periods(e.plan)
-        rule = M.Settle(limit, batch_s=size.batch_s(period), after=size.after(period, periods)) if settle else None
+        short = size.batch_s(period, backlogs=False)
+        rule = M.Settle(limit, batch_s=short) if settle else None
         level = busy_level(rate, e.throughput, capacity) if capacity else prefill
-        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, size.batch_s(period), e.plan.architecture)
+        jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, (short, size.batch_s(period)),
+                             e.plan.architecture)
 
     def replay(names: list[str]) -> None:
         raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)

@@ -127,8 +127,8 @@ class Compilation:
         lim = f"limit {self.limit:g}" if self.limit is not None else "no limit"
         out = [f"policy {a.policy.name} ({lim}) on {n} nodes x {node0.executors} executor(s), queue {node0.queue}: "
                f"execution bound {self.capacity:.0f} tasks/s; rate {self.rate:.0f} tasks/s; "
-               f"replayed {len(self.window.tasks)} tasks" + (" per plan at most, until its competitive ratio was settled"
-                                                             if self.settled else "")]
+               f"replayed {len(self.window.tasks)} tasks" + (" per plan at most, until its competitive ratio was settled "
+                                                             "above the limit" if self.settled else "")]
         if self.size is not None:
             z = self.size
             out.append(f"window: {z.warm_s * 1e3:.0f} ms warm-up + {z.sample_s * 1e3:.0f} ms sampled ({z.why})"
@@ -337,8 +337,8 @@ def compile_policy(
     plans in that many processes (the same result, sooner on several cores);
     default: one per CPU, or 1 inside a worker process or a multi-threaded
     process (the replays fork). ``settle``: stop each plan's replay once its
-    competitive ratio is settled against the limit (False: replay the whole
-    window, for a more precise ratio; see
+    competitive ratio is settled above the limit (False: replay the whole
+    window, for a more precise ratio of the plans that are out; see
     :class:`~ray_adaptive.sim.metrics.Settle`). ``replay``: ``"deciding"``
     replays only the plans whose ratio can change the choice (the others are
     listed as not replayed, see :func:`~ray_adaptive.compiler.choice.undecided`);

@@ -5,20 +5,23 @@ to happen. The window is sized in time, then in tasks, by whichever of these
 needs the most:
 
 * **periods** -- replicas synced every 100 ms do not diverge in 55 ms: the
-  sampled part of the replay covers ``periods`` of the plan's longest sync or
-  heartbeat period (each plan's replay may stop once it has covered its own,
-  see :attr:`WindowSize.after`);
+  sampled part of the replay covers ``periods`` of the plans' longest sync or
+  heartbeat period;
 * **clients** -- a decentralized plan's k schedulers each see their clients'
   tasks: the sampled part holds ``per_client`` tasks of every submitting client
   (the ``k`` of the throughput formula);
 * **load** -- near the cluster's execution bound (``rho`` = rate / capacity
-  within ``knee`` of 1) queues drift for long before they settle: the replay
-  first runs a warm-up of one task timeout (the age at which a backlog is
-  shed). Elsewhere a few hundred milliseconds settle a replay that starts
-  from its plan's steady state (slots busy as its throughput keeps them;
-  the ratio's ideal decides as many tasks at once as the plan, so a backlog
-  matters once it holds a few tasks per tenant, not when it is full): the
-  warm-up is then a third of the window;
+  within ``knee`` of 1) the queues remember for as long as a task may wait,
+  one task timeout (the age at which a backlog is shed): a backlog builds over
+  seconds, a plan's ratio swings with it (DRF-LB's decentralized plans at the
+  12-node bound: 1.0-1.9 from one second to the next, growing for 2 s from a
+  start without a backlog), and a few hundred milliseconds of it say nothing
+  of the mean. There the replay first warms up for one timeout, and the
+  sampled part covers ``timeouts`` of them. Elsewhere a few hundred
+  milliseconds settle a replay that starts from its plan's steady state
+  (slots busy as its throughput keeps them; the ratio's ideal decides as many
+  tasks at once as the plan, so a backlog matters once it holds a few tasks
+  per tenant, not when it is full): the warm-up is then a third of the window;
 * **decisions** -- the sampled part holds ``min_samples`` decisions at the rate the cluster can
   take (the rate, or its execution bound if lower), and the window ``min_tasks`` tasks in all;
 * **burstiness** -- bursty arrivals bring contention in bursts, and a short sample can miss them:
@@ -26,14 +29,17 @@ needs the most:
   (:func:`arrival_dispersion`; 1 for Poisson arrivals), up to ``max_dispersion``.
 
 All of it costs replay time, so the window holds at most ``max_tasks`` tasks:
-the warm-up gives way first, then the sampled part (``capped`` says so).
+the timeouts sampled near the bound give way first, then the warm-up, then
+the rest of the sampled part (``capped`` says so). On a thousand nodes the
+bound's queues hold tens of thousands of tasks a second, and the cap keeps
+the window to the periods' needs.
 
 Example:
     >>> w = window_size(rate=520, capacity=510, periods_s=(0.1, 0.01), clients=5, timeout=1.0)
-    >>> w.warm_s, round(w.sample_s, 3), w.tasks, w.capped
-    (1.0, 0.4, 728, False)
+    >>> w.warm_s, w.sample_s, w.tasks, w.capped
+    (1.0, 3.0, 2080, False)
     >>> w.why
-    '4 periods of 100 ms; near the execution bound (1.02x), a warm-up of a task timeout'
+    'near the execution bound (1.02x): 3 task timeouts after a warm-up of one'
     >>> window_size(rate=100, capacity=510, periods_s=(), clients=5, timeout=1.0).tasks
     600
 """
@@ -58,21 +64,27 @@ class WindowSize:
     tasks: int
     why: str  # what decided the sampled part's length
     capped: bool = False  # max_tasks cut it short of what the rules ask
+    backlog_s: float = 0.0  # how long a backlog may last: a task timeout (0: no timeout)
 
     @property
     def seconds(self) -> float:
         return self.warm_s + self.sample_s
 
-    def after(self, period_s: float, periods: int) -> float:
-        """Simulated time before which a plan with this longest period may not stop sampling (with a
-        ratio within the limit): ``periods`` of its period, and half the sampled part -- a few hundred
-        decisions settle the mean of what they saw, not how often contention comes."""
-        return self.warm_s + min(self.sample_s, max(periods * period_s, self.sample_s / 2))
-
-    def batch_s(self, period_s: float) -> float:
+    def batch_s(self, period_s: float, backlogs: bool = True) -> float:
         """The length of the batches a ratio's interval is taken over: half the plan's period, and at
-        least an eighth of the sampled part (the interval reflects how the ratio varies over it)."""
-        return max(period_s / 2, self.sample_s / 8)
+        least an eighth of the sampled part (the interval reflects how the ratio varies over it).
+
+        With ``backlogs``, and a sample of at least three task timeouts, a timeout: a backlog -- a
+        burst, the queues at the execution bound -- lasts up to a timeout before it is shed, and the
+        ratio with it, so shorter batches are correlated through it and their interval claims more
+        than the replay knows (bursty arrivals at 0.78x of the bound: an interval up to 1.17 over
+        0.38 s batches, 1.20-1.32 in runs of 15 s). A replay deciding whether it may stop early
+        (above the limit: a conservative error) takes the shorter batches.
+        """
+        short = max(period_s / 2, self.sample_s / 8)
+        if backlogs and self.backlog_s > 0 and self.sample_s >= 3 * self.backlog_s:
+            return max(short, self.backlog_s)
+        return short
 
     def as_dict(self) -> dict:
         return {"warm_s": round(self.warm_s, 4), "sample_s": round(self.sample_s, 4), "tasks": self.tasks,
@@ -109,8 +121,8 @@ def arrival_dispersion(arrivals: Sequence[float], per_bin: float = 5.0) -> float
 
 def window_size(rate: float, capacity: float, periods_s: Sequence[float], clients: int, timeout: float,
                 min_tasks: int = 600, max_tasks: int = 30_000, periods: int = 4, per_client: int = 8,
-                min_samples: int = 200, knee: float = 0.15, warm_share: float = 1 / 3, dispersion: float = 1.0,
-                max_dispersion: float = 8.0) -> WindowSize:
+                min_samples: int = 200, knee: float = 0.15, timeouts: float = 3.0, warm_share: float = 1 / 3,
+                dispersion: float = 1.0, max_dispersion: float = 8.0) -> WindowSize:
     """The window for a workload offering ``rate`` tasks/s to a cluster executing ``capacity`` tasks/s
     (see the module doc). ``periods_s``: the plans' sync and heartbeat periods; ``clients``: submitting
     clients; ``timeout``: a task's timeout (s; inf: none); ``dispersion``: the arrivals' index of
@@ -130,11 +142,16 @@ def window_size(rate: float, capacity: float, periods_s: Sequence[float], client
         f"{per_client} tasks from each of {clients} clients{more}": bursts * per_client * max(clients, 1) / rate,
         f"{min_samples} decisions{more}": bursts * min_samples / min(rate, capacity if capacity > 0 else rate),
     }
-    why, sample = max(needs.items(), key=lambda kv: kv[1])
+    why, base = max(needs.items(), key=lambda kv: kv[1])
+    sample = base
     rho = rate / capacity if capacity > 0 else math.inf
     if abs(rho - 1) <= knee and math.isfinite(timeout) and timeout > 0:
         warm = timeout
-        why += f"; near the execution bound ({rho:.2f}x), a warm-up of a task timeout"
+        if timeouts * timeout > base:
+            sample = timeouts * timeout
+            why = f"near the execution bound ({rho:.2f}x): {timeouts:g} task timeouts after a warm-up of one"
+        else:
+            why += f"; near the execution bound ({rho:.2f}x), a warm-up of a task timeout"
     else:
         warm = sample * warm_share / (1 - warm_share)
     if (warm + sample) * rate < min_tasks:  # a short window: the rest is sampled
@@ -145,6 +162,7 @@ def window_size(rate: float, capacity: float, periods_s: Sequence[float], client
     if (warm + sample) * rate > max_tasks:
         capped = True
         room = max_tasks / rate
-        sample = min(sample, room)
-        warm = min(warm, room - sample)
-    return WindowSize(warm, sample, min(int(math.ceil((warm + sample) * rate)), max_tasks), why, capped)
+        warm = min(warm, room - min(base, room))  # the timeouts near the bound give way first, then the warm-up
+        sample = min(sample, room - warm)
+    return WindowSize(warm, sample, min(int(math.ceil((warm + sample) * rate)), max_tasks), why, capped,
+                      timeout if math.isfinite(timeout) and timeout > 0 else 0.0)

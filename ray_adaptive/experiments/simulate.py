@@ -186,7 +186,7 @@ def adaptive_setup(exp: Experiment, rate: RateProfile, seconds: float, profile: 
     to each grid rate: its mix and durations kept), and every plan that can run here, lowered."""
     analysis, space = plan_space(exp.policy, exp.nodes)
     mean = rate.mean(seconds)
-    trace = exp.workload(mean, trace_seconds(mean, window), seed=seed + 1).tasks
+    trace = exp.workload(mean, trace_seconds(mean, window, timeout=exp.timeout), seed=seed + 1).tasks
     kw = {"fractions": tuple(fractions)} if fractions else {}
     table = estimate_table(load_policy(exp.policy), nodes=exp.nodes, executors=exp.executors, queue=exp.queue,
                            trace=trace, profile=profile, measure=False, window=window, limit=exp.limit, seed=seed,
@@ -269,7 +269,7 @@ def run_profile(exp: Experiment, plans: Sequence[str], rate: RateProfile, second
     policy = load_policy(exp.policy)
     for what, r in (("mean", mean), ("peak", peak)):
         if r > 0:
-            trace = exp.workload(r, trace_seconds(r, window), seed=seed + 1).tasks
+            trace = exp.workload(r, trace_seconds(r, window, timeout=exp.timeout), seed=seed + 1).tasks
             comp = compile_policy(policy, rate=r, trace=trace, nodes=exp.nodes, executors=exp.executors,
                                   queue=exp.queue, profile=profile, measure=False, limit=exp.limit, seed=seed,
                                   window=window, workers=1)

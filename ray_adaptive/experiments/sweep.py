@@ -159,10 +159,12 @@ def sweep(
     return rows
 
 
-def trace_seconds(rate: float, window: int, max_window: int = 30_000) -> float:
-    """How long a trace to compile on: enough for the compiler's longest window (a task timeout of
-    warm-up and several sync periods, or ``window`` tasks)."""
-    return max(3.0, 1.5 * min(window, max_window) / rate)
+def trace_seconds(rate: float, window: int, max_window: int = 30_000, timeout: float = 1.0) -> float:
+    """How long a trace to compile on: enough for the compiler's longest window -- near the execution
+    bound a task ``timeout`` of warm-up and three sampled (:func:`~ray_adaptive.compiler.window.window_size`),
+    elsewhere several sync periods or ``window`` tasks -- with a second to spare."""
+    near_bound = 4 * timeout + 1.0 if math.isfinite(timeout) else 3.0
+    return max(near_bound, 1.5 * min(window, max_window) / rate)
 
 
 def sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, names: list, profile: Profile,
@@ -174,7 +176,7 @@ def sweep_rate(exp: Experiment, rate: float, seconds: float, warmup: float, name
     sc = exp.workload(rate, seconds, seed=seed)
     comp = None
     if compile_choice:
-        trace = exp.workload(rate, trace_seconds(rate, window, max_window), seed=seed + 1).tasks  # as a monitor records it
+        trace = exp.workload(rate, trace_seconds(rate, window, max_window, exp.timeout), seed=seed + 1).tasks  # as a monitor records it
         comp = compile_policy(policy, rate=rate, trace=trace, nodes=exp.nodes, executors=exp.executors,
                               queue=exp.queue, profile=profile, measure=False, window=window, max_window=max_window,
                               limit=exp.limit, seed=seed, workers=1, replay="all")

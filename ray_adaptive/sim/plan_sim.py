@@ -578,8 +578,9 @@ class PlanSim:
         return len(self._holders) + (0 if s in self._holders else 1)
 
     def _maybe_stop(self) -> None:
-        """End the run here if the competitive ratio is settled; the metrics' window ends here too."""
-        if self.settle.done(self.ratio.impl, self.ratio.ideal, self.ratio.times, self.loop.now):
+        """End the run here if the competitive ratio is settled above the limit; the metrics' window ends
+        here too."""
+        if self.settle.done(self.ratio.impl, self.ratio.ideal, self.ratio.times):
             self.stopped_at = self.loop.now
             self.window = (self.window[0], max(min(self.window[1], self.loop.now), self.window[0] + 1e-9))
             self.loop.stop()
@@ -725,8 +726,8 @@ def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float
     busy (True: the steady state of an overloaded cluster), or that share of
     the executors (a number below 1), see :meth:`PlanSim._prefill`.
     ``cr_from``: sample the competitive ratio only from this time on.
-    ``settle``: stop as soon as the competitive ratio is settled (see
-    :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
+    ``settle``: stop as soon as the competitive ratio is settled above the
+    limit (see :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
     ``validate``: check the tasks' fields against the policy first (the
     compiler checked its window once, for every plan's replay). ``until``: stop
     there (simulated seconds) rather than when every task is resolved.
