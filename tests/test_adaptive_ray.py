@@ -32,7 +32,8 @@ def test_the_adaptive_experiment_on_ray(ray_cluster, tmp_path):
     runs = ["centralized", "decentralized+sync 100ms", "hybrid", "adaptive"]
     assert list(dict.fromkeys(df["run"])) == runs
     assert all(sorted(df[df["run"] == r]["phase"]) == [1, 2, 3, 4] for r in runs)
-    cols = ["goodput", "jfi", "est_goodput", "est_cr", "decision_p50_ms", "decision_p99_ms", "cpu_s_per_1k"]
+    cols = ["goodput", "jfi", "est_goodput", "est_cr", "decision_p50_ms", "decision_p99_ms", "cpu_s_per_1k",
+            "cpu_actors_s_per_1k"]
     assert df[cols].notna().all().all(), df[cols]
     assert (df["goodput"] > 0).all() and df["jfi"].between(0, 1).all() and (df["cpu_s_per_1k"] > 0).all()
     static = df[df["run"] != "adaptive"]

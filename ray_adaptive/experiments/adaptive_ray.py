@@ -14,12 +14,13 @@ the adaptive run gets the same workload as ``trace=`` (its controller's first
 table is that one, not the compiler's default workload's) and the table gives
 every run's estimates per phase.
 
-Per run and phase (``adaptive_ray_phases.csv``): offered rate, goodput (tasks
-started on time in the phase, per second), drops, JFI over the tenants'
+Per run and phase (``adaptive_ray_phases.csv``): offered rate, goodput (the
+phase's arrivals that started on time, per second of the phase), drops, JFI over the tenants'
 service ratios (unweighted: DRF-LB has no weights), the compiler's estimated
 goodput and competitive ratio for the plan(s) in force and the goodput
 estimate's error, decision latency p50/p99, the schedulers' CPU seconds per
-1,000 tasks, the plans in force and (adaptive) the controller's verdicts.
+1,000 tasks offered (``cpu_s_per_1k``; the actors' part ``cpu_actors_s_per_1k``),
+the plans in force and (adaptive) the controller's verdicts.
 
 *CPU*: the runtime's actors (store, selector, placement actors; read in each
 by ``__ray_call__``) plus the submitting processes (every thread: the
@@ -193,10 +194,12 @@ def _share(t: float, lo: float, hi: float) -> bool:
 
 
 def _window(run: _Run, arrivals: Dict[str, List[float]], lo: float, hi: float, capacity: float) -> dict:
-    """Offered, goodput, drops and JFI of arrivals / starts in [lo, hi)."""
+    """Offered, goodput, drops and JFI of the tasks that arrived in [lo, hi) (a task that arrived late
+    in a phase and started in the next one counts for the phase that offered it: a backlog carried
+    over does not inflate the next phase's goodput beyond what it offered)."""
     span = hi - lo
     offered = {t: sum(_share(x, lo, hi) for x in arrivals[t]) / span for t in arrivals}
-    goodput = {t: sum(ok and _share(start, lo, hi) for _, start, ok in run.results[t]) / span for t in arrivals}
+    goodput = {t: sum(ok and _share(off, lo, hi) for off, _, ok in run.results[t]) / span for t in arrivals}
     drops = sum(not ok and _share(off, lo, hi) for res in run.results.values() for off, _, ok in res)
     jfi = jain_index(list(service_ratios(goodput, offered, capacity).values()))
     return {"offered": sum(offered.values()), "goodput": sum(goodput.values()), "drops": drops, "jfi": jfi,
@@ -217,19 +220,20 @@ def _plans_in(run: _Run, lo: float, hi: float) -> List[str]:
     return [k.plan for k in ticks]
 
 
-def _cpu_in(run: _Run, lo: float, hi: float) -> float:
-    """CPU seconds the actors and the submitting processes used in [lo, hi) (per tick increments)."""
-    total, last = 0.0, dict(run.ticks[0].actor_cpu)
+def _cpu_in(run: _Run, lo: float, hi: float) -> tuple:
+    """CPU seconds the runtime's actors and the submitting processes used in [lo, hi) (tick increments)."""
+    actors, last = 0.0, dict(run.ticks[0].actor_cpu)
     for k in run.ticks[1:]:
         for a, c in k.actor_cpu.items():
             if _share(k.t - TICK_S / 2, lo, hi):
-                total += c - last.get(a, 0.0)
+                actors += c - last.get(a, 0.0)
             last[a] = c
+    callers = 0.0
     for samples in run.sub_samples.values():
         for (t, c, _), (_, prev, _) in zip(samples[1:], samples):
             if _share(t - TICK_S / 2, lo, hi):
-                total += c - prev
-    return total
+                callers += c - prev
+    return actors, callers
 
 
 def _latencies_in(run: _Run, lo: float, hi: float) -> List[float]:
@@ -263,13 +267,15 @@ def phase_rows(run: _Run, arrivals: Dict[str, List[float]], rates: Sequence[floa
         tasks = sum(_share(x, lo, hi) for a in arrivals.values() for x in a)
         p50, p99 = percentiles(_latencies_in(run, lo, hi), (0.5, 0.99))
         verdicts = [k.verdict for k in _ticks_in(run, lo, hi) if k.verdict]
+        cpu = _cpu_in(run, lo, hi)
         rows.append({
             "run": run.label, "phase": i + 1, "rate": round(rate, 1), "offered": round(w["offered"], 1),
             "goodput": round(w["goodput"], 1), "drops": w["drops"], "jfi": round(w["jfi"], 4),
             "est_goodput": round(est["est_goodput"], 1), "est_cr": round(est["est_cr"], 3),
             "est_error": round((est["est_goodput"] - w["goodput"]) / w["goodput"], 3) if w["goodput"] else math.nan,
             "decision_p50_ms": round(p50 * 1e3, 3), "decision_p99_ms": round(p99 * 1e3, 3),
-            "cpu_s_per_1k": round(1e3 * _cpu_in(run, lo, hi) / tasks, 2) if tasks else math.nan,
+            "cpu_s_per_1k": round(1e3 * sum(cpu) / tasks, 2) if tasks else math.nan,
+            "cpu_actors_s_per_1k": round(1e3 * cpu[0] / tasks, 2) if tasks else math.nan,
             "in_force": ", ".join(dict.fromkeys(plans)), "compiler_choice": est["choice"],
             "switches": sum(_share(h["t"], lo, hi) for h in run.history),
             "controller": " | ".join(dict.fromkeys(verdicts)),
@@ -332,7 +338,8 @@ def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans
                            fractions=fractions, workers=1)
     choices = [table.at(r)[1] for r in rates]
     echo(f"the compiler's estimates ({time.perf_counter() - t:.1f} s, tasks of {service_s * 1e3:.1f} ms, bound "
-         f"{table.capacity:.0f} tasks/s) choose per phase: " + "; ".join(f"{r:.0f}/s {c}" for r, c in zip(rates, choices)))
+         f"{table.capacity:.0f} tasks/s) choose per phase: "
+         + "; ".join(f"{r:.0f}/s {c}" for r, c in zip(rates, choices)))
     boundary = len(set(choices)) > 1
     if not boundary:
         echo("  no phase boundary: the same plan is best within the limit at every phase's rate on this cluster "
@@ -352,12 +359,12 @@ def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans
 
 def format_phases(rows: Sequence[dict]) -> str:
     """The per-phase table as text."""
-    head = ("run", "phase", "rate", "goodput", "est (err)", "JFI", "est CR", "dec p50/p99 ms", "CPU s/1k",
-            "plan(s) in force")
+    head = ("run", "phase", "rate", "goodput", "est (err)", "JFI", "est CR", "dec p50/p99 ms",
+            "CPU s/1k (actors)", "plan(s) in force")
     lines = [(r["run"], r["phase"], f"{r['rate']:.0f}", f"{r['goodput']:.1f}",
               f"{r['est_goodput']:.1f} ({r['est_error']:+.0%})" if not math.isnan(r["est_error"]) else "-",
               f"{r['jfi']:.3f}", f"{r['est_cr']:.3f}", f"{r['decision_p50_ms']:.2f}/{r['decision_p99_ms']:.2f}",
-              f"{r['cpu_s_per_1k']:.1f}", r["in_force"]) for r in rows]
+              f"{r['cpu_s_per_1k']:.1f} ({r['cpu_actors_s_per_1k']:.1f})", r["in_force"]) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
     return "\n".join([line(head), line(["-" * w for w in widths])] + [line(x) for x in lines])

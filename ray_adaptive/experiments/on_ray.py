@@ -164,9 +164,10 @@ def phase_arrivals(rates: Sequence[float], phase_s: float, seed: int = 0) -> dic
     rng = np.random.default_rng(seed)
     per_phase = [paper_tenants(r) for r in rates]
     names = [t.name for t in per_phase[0]]
-    return {name: sorted(x for i, ts in enumerate(per_phase)
-                         for x in rng.uniform(i * phase_s, (i + 1) * phase_s, rng.poisson(ts[k].rate * phase_s)).tolist())
-            for k, name in enumerate(names)}
+    def drawn(k: int, i: int) -> list:  # (poisson, then uniform: one phase draws as _arrivals always did)
+        return rng.uniform(i * phase_s, (i + 1) * phase_s, rng.poisson(per_phase[i][k].rate * phase_s)).tolist()
+
+    return {name: sorted(x for i in range(len(rates)) for x in drawn(k, i)) for k, name in enumerate(names)}
 
 
 def _arrivals(rate: float, exp: RayExperiment) -> dict:
