@@ -253,8 +253,11 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
             ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
             ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`), ``fractions`` (the
-            estimate grid's rates, as fractions of the cluster's execution bound) and ``initial``
-            (the plan to start with, any plan this function takes; default ``"auto"``).
+            estimate grid's rates, as fractions of the cluster's execution bound), ``initial``
+            (the plan to start with, any plan this function takes; default ``"auto"``) and
+            ``trace`` (task specs of the expected workload: the first estimate table is computed
+            on it rather than on the compiler's default workload, so the controller's rates and
+            durations are right from the start; later tables, on the recorded workload).
 
     Example::
 
@@ -315,7 +318,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             rt.holding = holding
             rt.publish_info(group_by=group_by)
             if settings is not None:
-                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile)
+                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile, extra.get("trace"))
         except BaseException:
             if topology is not None:
                 topology.close()
@@ -345,18 +348,22 @@ def _adaptive_settings(plan: Any, adaptive: dict):
             raise TypeError(f"start() got controller settings {sorted(adaptive)} but plan={plan!r}; they are for "
                             f"plan='adaptive'")
         return None, None
-    extra = {k: adaptive.pop(k) for k in ("fractions", "initial") if k in adaptive}
+    extra = {k: adaptive.pop(k) for k in ("fractions", "initial", "trace") if k in adaptive}
     known = set(Settings.__dataclass_fields__)
     unknown = sorted(set(adaptive) - known)
     if unknown:
         raise TypeError(f"start() got unknown keyword arguments {unknown}; plan='adaptive' takes: "
-                        f"{', '.join(sorted(known | {'fractions', 'initial'}))}")
+                        f"{', '.join(sorted(known | {'fractions', 'initial', 'trace'}))}")
+    trace = extra.get("trace")
+    if trace is not None and (isinstance(trace, (str, bytes)) or len(trace) < 10):  # (estimate_table's floor)
+        raise ValueError("trace= must be a sequence of at least 10 task specs (ray_adaptive.workload.specs.TaskSpec)")
     return Settings(**adaptive), extra
 
 
-def _adapt(rt: "PolicyRuntime", settings, fractions, profile):
+def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None):
     """Start the adaptive loop of ``rt``; its estimate table is computed by a Ray task (``num_cpus=0``):
-    seconds of replays in this process would hold its GIL against the callers' submissions."""
+    seconds of replays in this process would hold its GIL against the callers' submissions. The first
+    table on ``first_trace`` (None: the compiler's default workload for the policy)."""
     import ray
 
     from ray_adaptive.adaptation import Adaptation
@@ -367,6 +374,7 @@ def _adapt(rt: "PolicyRuntime", settings, fractions, profile):
     compute = ray.remote(num_cpus=0, max_retries=1)(estimate_table)
 
     def table_for(trace):
+        trace = first_trace if trace is None else trace  # (None: the first table; later, the recorded workload)
         return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
                                       trace=trace, profile=profile, workers=1, **extra))
 

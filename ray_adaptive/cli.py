@@ -323,12 +323,13 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
 @click.option("--no-measure", is_flag=True, help="Use the fixed unit compute of the latency model (machine-independent).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--ray", "on_ray", is_flag=True, help="Run it on a local Ray cluster through the runtime instead.")
-@click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=6, show_default=True,
-              help="Nodes of the local Ray cluster (--ray).")
+@click.option("--nodes", type=click.IntRange(1, MAX_RAY_NODES), default=None,
+              help="Nodes of the local Ray cluster (--ray; default 6, with --adaptive 4).")
 @click.option("--adaptive", is_flag=True,
-              help="The adaptive run instead (simulated): low -> above the crossover -> far above -> low, vs C, D, H.")
+              help="The adaptive run instead: low -> above the crossover -> far above -> low, vs C, D, H "
+                   "(simulated; with --ray on a local Ray cluster).")
 @click.option("--phase", "phase_s", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
-              help="Seconds per phase of --adaptive (default 20, quick 10).")
+              help="Seconds per phase of --adaptive (default 20, quick 10; with --ray quick 6).")
 @click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
               help="Seconds a switch of --adaptive pauses the schedulers (default 0.1).")
 def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes, adaptive, phase_s,
@@ -336,15 +337,30 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
+    from ray_adaptive.files import describe_os_error
+
+    if nodes is not None and not on_ray:
+        _fail("error: --nodes is for --ray (the simulated experiment has the paper's 12 nodes)")
     if adaptive and on_ray:
-        _fail("error: --adaptive runs in the simulator; the adaptive runtime on Ray: ra.start(policy, plan=\"adaptive\")")
+        from ray_adaptive.experiments.adaptive_ray import reproduce_adaptive_ray
+
+        if rates or seconds or switch_pause is not None:  # (the runtime measures its own pauses)
+            _fail("error: --adaptive --ray runs its own phases (--phase sets their length) and measures its "
+                  "switches' pauses: not --rates / --seconds / --switch-pause")
+        try:
+            reproduce_adaptive_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_adaptive_ray",
+                                   quick=quick, phase_s=phase_s, nodes=nodes or 4, seed=seed, echo=click.echo)
+        except (RayAdaptiveError, ValueError) as err:
+            _fail(f"error: {err}")
+        except OSError as err:
+            _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
+        return
     if on_ray:
         from ray_adaptive.experiments.on_ray import reproduce_ray
 
-        reproduce_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_ray", quick=quick, nodes=nodes,
+        reproduce_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_ray", quick=quick, nodes=nodes or 6,
                       rates=rates, echo=click.echo)
         return
-    from ray_adaptive.files import describe_os_error
 
     if not adaptive and (phase_s is not None or switch_pause is not None):
         _fail("error: --phase and --switch-pause are for --adaptive")

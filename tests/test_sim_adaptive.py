@@ -223,7 +223,9 @@ def test_reproduce_adaptive_cli(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,says", [
     (["--adaptive", "--rates", "200,400"], "--adaptive runs its own phases"),
     (["--phase", "5"], "--phase and --switch-pause are for --adaptive"),
-    (["--adaptive", "--ray"], "--adaptive runs in the simulator"),
+    (["--adaptive", "--ray", "--switch-pause", "0.1"], "measures its switches' pauses"),
+    (["--adaptive", "--ray", "--rates", "20,40"], "--adaptive --ray runs its own phases"),
+    (["--adaptive", "--nodes", "4"], "--nodes is for --ray"),
 ])
 def test_reproduce_adaptive_cli_errors(args, says, tmp_path):
     r = CliRunner().invoke(main, ["reproduce", "--out", str(tmp_path), *args])

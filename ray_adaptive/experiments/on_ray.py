@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -30,10 +31,12 @@ import numpy as np
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 from ray_adaptive.workload.generate import paper_tenants
 
-__all__ = ["RayExperiment", "run_plan", "run_sweep", "PLANS"]
+__all__ = ["RayExperiment", "run_plan", "run_sweep", "PLANS", "cluster_shape", "phase_arrivals", "tenant_drivers",
+           "service_time", "estimate_trace", "TASK_VEC"]
 
 PLANS = ("centralized", "decentralized", "hybrid")
 POLICY = "drf_lb"
+TASK_VEC = [0.1, 0.2, 0.1]  # every task's resource_vec (DRF's dominant share)
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,25 @@ def _submitter_cls():
             futures = [fn.submit(time.time() + 3600, duration) for _ in range(n)]
             return [start for start, _ in ray.get([f.result() for f in futures])]
 
-        def run(self, tenant: str, offsets: List[float], t0: float, exp: RayExperiment, vec: list) -> list:
+        def run(self, tenant: str, offsets: List[float], t0: float, exp: RayExperiment, vec: list,
+                tick_s: Optional[float] = None) -> tuple:
+            """Submit at ``t0 + offsets``; each task's (offset, start - t0, ran on time), this process's
+            decision latency p50/p99, and with ``tick_s`` this process's samples every ``tick_s``:
+            (time - t0, CPU seconds of the process, the decisions made here since the last sample)."""
+            import threading
+
             import ray_adaptive as ra
 
             # a task not placed by its timeout is dropped by the runtime, as the cluster model drops
             # it; one placed in time but started late returns without running (the job checks)
             fn = ra.policy(POLICY)(_job_fn()).options(task={"tenant": tenant, "resource_vec": vec},
                                                       deadline_s=exp.timeout_s)
+            done, samples = threading.Event(), []
+            sampler = None
+            if tick_s is not None:
+                tap = _LatencyTap(ra.runtime_of(POLICY))
+                sampler = threading.Thread(target=_sample, args=(tap, t0, tick_s, done, samples), daemon=True)
+                sampler.start()
             futures = []
             for off in offsets:
                 delay = t0 + off - time.time()
@@ -108,19 +123,84 @@ def _submitter_cls():
                 except ra.PlacementDeadlineExceeded:
                     start, ok = float("inf"), False
                 out.append((off, start - t0, ok))
+            done.set()
+            if sampler is not None:
+                sampler.join()
             stats = ra.runtime_of(POLICY).stats()  # this process's decisions (decentralized: made here)
-            return out, stats["decision_p50_s"], stats["decision_p99_s"]
+            return out, stats["decision_p50_s"], stats["decision_p99_s"], samples
 
     return Submitter
 
 
+class _LatencyTap:
+    """The latencies of the decisions this process made since the last call (a switch replaces the
+    decider: its list starts anew). A selector's decisions are the selector's (the driver reads them
+    from the actor, once for every process); here only those made under its lease."""
+
+    def __init__(self, rt):
+        self.rt, self._decider, self._seen = rt, None, 0
+
+    def new(self) -> List[float]:
+        d = self.rt.router.decider
+        if d is not self._decider:
+            self._decider, self._seen = d, 0
+        values = d.leased_decision_latencies() if d.thread_safe else self.rt.router.decision_latencies()
+        fresh, self._seen = values[self._seen:], len(values)
+        return fresh
+
+
+def _sample(tap: _LatencyTap, t0: float, tick_s: float, done, samples: list) -> None:
+    """Every ``tick_s`` until ``done`` (and once more then): (time - t0, process CPU s, new latencies)."""
+    while True:
+        stop = done.wait(tick_s)
+        samples.append((time.time() - t0, time.process_time(), tap.new()))
+        if stop:
+            return
+
+
+def phase_arrivals(rates: Sequence[float], phase_s: float, seed: int = 0) -> dict:
+    """Each paper tenant's Poisson arrival offsets (s) over phases of ``phase_s`` at total ``rates``
+    (the greedy tenant at 3x each other one throughout)."""
+    rng = np.random.default_rng(seed)
+    per_phase = [paper_tenants(r) for r in rates]
+    names = [t.name for t in per_phase[0]]
+    def drawn(k: int, i: int) -> list:  # (poisson, then uniform: one phase draws as _arrivals always did)
+        return rng.uniform(i * phase_s, (i + 1) * phase_s, rng.poisson(per_phase[i][k].rate * phase_s)).tolist()
+
+    return {name: sorted(x for i in range(len(rates)) for x in drawn(k, i)) for k, name in enumerate(names)}
+
+
 def _arrivals(rate: float, exp: RayExperiment) -> dict:
-    rng = np.random.default_rng(exp.seed)
-    return {t.name: sorted(rng.uniform(0.0, exp.seconds, rng.poisson(t.rate * exp.seconds)).tolist())
-            for t in paper_tenants(rate)}
+    return phase_arrivals([rate], exp.seconds, exp.seed)
 
 
-def _service_time(subs: dict, executors: int, exp: RayExperiment, vec: list, bursts: int = 3) -> float:
+def cluster_shape() -> tuple:
+    """(nodes, executors, executors per node) of the connected cluster: one executor per CPU."""
+    import ray
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    return (len(alive), sum(int(n["Resources"].get("CPU", 1)) for n in alive),
+            int(alive[0]["Resources"].get("CPU", 1)))
+
+
+@contextmanager
+def tenant_drivers(tenants: Sequence[str], nodes: int, vec: list = TASK_VEC):
+    """One submitting process per tenant (a :class:`Submitter` actor), up and warmed up (workers and
+    leases started: a cold start would drop the first second); killed on exit."""
+    import ray
+
+    Submitter = _submitter_cls()
+    subs = {t: Submitter.remote() for t in tenants}
+    try:
+        ray.get([s.__ray_ready__.remote() for s in subs.values()])
+        ray.get([s.warm.remote(t, 2 * nodes, vec) for t, s in subs.items()])
+        yield subs
+    finally:
+        for s in subs.values():
+            ray.kill(s)
+
+
+def service_time(subs: dict, executors: int, exp: RayExperiment, vec: list = TASK_VEC, bursts: int = 3) -> float:
     """The time one task holds an executor on this cluster under this plan: its duration plus
     what Ray and the runtime add (launch, lease, result, the decision that frees the slot).
     Every tenant's process submits a burst at once (the experiment's owners, so the same
@@ -160,30 +240,21 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
 
     import ray_adaptive as ra
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    nodes = len(alive)
-    executors = sum(int(n["Resources"].get("CPU", 1)) for n in alive)  # each CPU is an executor
+    nodes, executors, _ = cluster_shape()
     capacity = executors / exp.duration_s
     arrivals = _arrivals(rate, exp)
     rt = ra.start(POLICY, plan=plan, queue=exp.queue, metrics_every_s=None)
-    subs: dict = {}
     try:
-        Submitter = _submitter_cls()
-        subs = {t: Submitter.remote() for t in arrivals}
-        ray.get([s.__ray_ready__.remote() for s in subs.values()])
-        vec = [0.1, 0.2, 0.1]
-        ray.get([s.warm.remote(t, 2 * nodes, vec) for t, s in subs.items()])
-        service_s = _service_time(subs, executors, exp, vec)
-        t0 = time.time() + 0.5
-        results = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, vec) for t in arrivals])
+        with tenant_drivers(list(arrivals), nodes) as subs:
+            service_s = service_time(subs, executors, exp)
+            t0 = time.time() + 0.5
+            results = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, TASK_VEC) for t in arrivals])
         stats = rt.stats()
         name, arch = rt.plan.name, rt.plan.architecture
     finally:
         ra.shutdown()
-        for s in subs.values():
-            ray.kill(s)
     # on time = started by its deadline, counted while arrivals run (what the nodes carry in that time)
-    on_time = {t: sum(ok and start <= exp.seconds for _, start, ok in res) for t, (res, _, _) in zip(arrivals, results)}
+    on_time = {t: sum(ok and start <= exp.seconds for _, start, ok in res) for t, (res, *_) in zip(arrivals, results)}
     if arch == "decentralized":  # the decisions were made in the submitting processes
         stats = {"decision_p50_s": max(r[1] for r in results), "decision_p99_s": max(r[2] for r in results)}
     offered = {t: len(arrivals[t]) / exp.seconds for t in arrivals}
@@ -193,7 +264,7 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
         "plan": name, "architecture": arch, "rate": rate, "nodes": nodes, "capacity": capacity,
         "service_ms": round(service_s * 1e3, 2),
         "offered": round(sum(offered.values()), 2), "goodput": round(sum(goodput.values()), 2),
-        "drops": sum(not ok for res, _, _ in results for _, _, ok in res),
+        "drops": sum(not ok for res, *_ in results for _, _, ok in res),
         "jfi": round(jain_index(list(ratios.values())), 4),
         "decision_p50_ms": round(stats["decision_p50_s"] * 1e3, 3),
         "decision_p99_ms": round(stats["decision_p99_s"] * 1e3, 3),
@@ -210,18 +281,10 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
     before the run: the task's duration plus Ray's and the runtime's per-task overhead); the
     cluster model then serves tasks of that length, so the estimate is calibrated to this
     cluster. None: the nominal duration."""
-    import dataclasses
-
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.dsl import load_policy
-    from ray_adaptive.workload.scenario import scenario_from_dict
-    from ray_adaptive.workload.generate import tenant_workload
 
-    # the same workload as the run: these task lengths, one submitter per tenant, this timeout
-    service = service_s or exp.duration_s
-    tenants = [dataclasses.replace(t, duration=service, clients=1) for t in paper_tenants(rate)]
-    trace = scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue,
-                                               timeout=exp.timeout_s, seed=exp.seed)).tasks
+    trace = estimate_trace(rate, nodes, exp, per_node, service_s)
     c = compile_policy(load_policy(POLICY), trace=trace, nodes=nodes, executors=per_node, queue=exp.queue, workers=1,
                        replay="all")  # (this plan's ratio, whether or not it decides the choice)
     try:
@@ -230,17 +293,29 @@ def estimate(plan_name: str, rate: float, nodes: int, exp: RayExperiment, per_no
         return {}
     # the scheduler-bound goodput: what arrives, up to the plan's throughput and the execution bound
     return {"est_throughput": round(e.throughput, 1), "est_competitive_ratio": round(e.competitive_ratio, 4),
-            "est_goodput": round(min(rate, e.throughput, nodes * per_node / service), 2),
+            "est_goodput": round(min(rate, e.throughput, nodes * per_node / (service_s or exp.duration_s)), 2),
             "compiler_choice": c.choice.estimate.plan.name}
+
+
+def estimate_trace(rate: float, nodes: int, exp: RayExperiment, per_node: int = 1,
+                   service_s: Optional[float] = None) -> list:
+    """The run's workload as the compiler sees it: these tenants at ``rate``, one submitter each, tasks
+    of ``service_s`` (None: the nominal duration), this timeout; 4 s of task specs."""
+    import dataclasses
+
+    from ray_adaptive.workload.generate import tenant_workload
+    from ray_adaptive.workload.scenario import scenario_from_dict
+
+    service = service_s or exp.duration_s
+    tenants = [dataclasses.replace(t, duration=service, clients=1) for t in paper_tenants(rate)]
+    return scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue,
+                                              timeout=exp.timeout_s, seed=exp.seed)).tasks
 
 
 def run_sweep(exp: RayExperiment, rates: Sequence[float], plans: Sequence[str] = PLANS, with_estimates: bool = True,
               progress: Optional[Callable[[dict], None]] = None) -> List[dict]:
     """Every plan at every rate on the connected cluster."""
-    import ray
-
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    nodes, per_node = len(alive), int(alive[0]["Resources"].get("CPU", 1))
+    nodes, _, per_node = cluster_shape()
     rows = []
     for rate in rates:
         for plan in plans:
@@ -319,9 +394,8 @@ def reproduce_ray(out_dir="out/reproduce_ray", quick: bool = False, nodes: int =
     out.mkdir(parents=True, exist_ok=True)
 
     def sweep() -> List[dict]:
-        alive = [x for x in ray.nodes() if x["Alive"]]
-        n = len(alive)
-        cap = exp.capacity(sum(int(x["Resources"].get("CPU", 1)) for x in alive))
+        n, executors, _ = cluster_shape()
+        cap = exp.capacity(executors)
         chosen = rates or ([0.5 * cap, 1.5 * cap] if quick else [0.5 * cap, 0.9 * cap, 1.2 * cap, 1.6 * cap])
         echo(f"{n} nodes, one executor per CPU, tasks of {exp.duration_s * 1e3:.0f} ms: execution bound {cap:.0f} tasks/s; "
              f"rates {', '.join(f'{r:.0f}' for r in chosen)}; {exp.seconds:g} s of arrivals per run")

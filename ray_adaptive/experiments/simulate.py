@@ -340,9 +340,11 @@ def plot_sweep(rows: Sequence[dict], out_dir: Path, capacity: float, title: str 
     return paths
 
 
-def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "") -> Path:
+def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "",
+                  cr_label: str = "competitive ratio") -> Path:
     """Offered rate and goodput, JFI and competitive ratio over time, per plan; with an adaptive run, the
-    plan it had in force over time too (a panel below)."""
+    plan it had in force over time too (a panel below). ``cr_label``: what the ratio panel shows (on
+    Ray, the compiler's estimate for the plan in force: no replay measures it there)."""
     plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     names = list(dict.fromkeys(r["plan"] for r in timeline))
@@ -359,7 +361,7 @@ def plot_timeline(timeline: Sequence[dict], out_dir: Path, title: str = "") -> P
         axes[2].plot(xs, [r["cr"] for r in rs], label=n, **style)
     axes[0].set(ylabel="tasks/s", title=title)
     axes[1].set(ylabel="Jain's index")
-    axes[2].set(ylabel="competitive ratio", xlabel="" if adaptive else "time (s)")
+    axes[2].set(ylabel=cr_label, xlabel="" if adaptive else "time (s)")
     axes[0].legend(fontsize=6 if len(names) > 4 else 8)
     if adaptive:
         in_force = list(dict.fromkeys(r["in_force"] for r in adaptive))

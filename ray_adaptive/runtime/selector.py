@@ -692,6 +692,12 @@ class SelectorClient:
         except Exception:  # the selector is gone (a switch retired it, or shutdown): what this process made
             return local
 
+    def leased_decision_latencies(self) -> List[float]:
+        """The latencies of the decisions this process made under the selector's lease, oldest first
+        (the selector's own: :meth:`Selector.decision_latencies`); no call to the actor."""
+        with self._cond:
+            return list(self._local_latencies)
+
     def ping(self, record: Callable[[float], None]) -> None:
         """Time an empty call to the selector; see :func:`~ray_adaptive.runtime.store.ping`."""
         ping(self._selector, record)
