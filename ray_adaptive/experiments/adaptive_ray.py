@@ -372,10 +372,10 @@ def format_phases(rows: Sequence[dict]) -> str:
 
 def reproduce_adaptive_ray(out_dir: "str | Path" = "out/reproduce_adaptive_ray", quick: bool = False,
                            phase_s: Optional[float] = None, nodes: int = 4, seed: int = 0,
-                           echo: Callable[[str], None] = print) -> dict:
+                           plans: Sequence[str] = PLANS, echo: Callable[[str], None] = print) -> dict:
     """``ray-adaptive reproduce --adaptive --ray``: a local cluster of ``nodes`` single-executor nodes
-    (unless Ray is already connected), :func:`run_adaptive_ray`; writes ``adaptive_ray_phases.csv``,
-    ``timeline.csv`` and ``timeline.png`` to ``out_dir``."""
+    (unless Ray is already connected), :func:`run_adaptive_ray` (the static ``plans``, then the adaptive
+    runtime); writes ``adaptive_ray_phases.csv``, ``timeline.csv`` and ``timeline.png`` to ``out_dir``."""
     import pandas as pd
     import ray
 
@@ -389,11 +389,11 @@ def reproduce_adaptive_ray(out_dir: "str | Path" = "out/reproduce_adaptive_ray",
     start = time.perf_counter()
     exp = RayExperiment(seed=seed)
     if ray.is_initialized():
-        res = run_adaptive_ray(phase_s, exp, settings=settings, echo=echo)
+        res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo)
     else:
         echo(f"starting a local Ray cluster of {nodes} nodes ...")
         with local_cluster(num_nodes=nodes, num_cpus=1):
-            res = run_adaptive_ray(phase_s, exp, settings=settings, echo=echo)
+            res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo)
     pd.DataFrame(res["phases"]).to_csv(out / "adaptive_ray_phases.csv", index=False)
     pd.DataFrame(res["timeline"]).to_csv(out / "timeline.csv", index=False)
     fig = plot_timeline(res["timeline"], out, title="drf_lb on Ray: adaptive vs static plans",
