@@ -44,7 +44,7 @@ def test_the_adaptive_experiment_on_ray(ray_cluster, tmp_path):
     assert (static["in_force"] == static["run"]).all()  # a static run keeps its plan
     assert res["lost"] == 0  # every task submitted came back: ran, started late, or dropped at its deadline
     adaptive = df[df["run"] == "adaptive"]
-    if res["boundary"]:  # the estimates choose another plan in some phase: the run must have followed
+    if res["boundary"]:  # on the estimates, the controller leaves its plan in some phase: the run must have too
         assert len(res["switches"]) >= 1, "\n".join(lines)
         assert adaptive["in_force"].str.contains(",").any() or adaptive["in_force"].nunique() > 1
     else:  # none: it kept its plan, and said why (the controller's verdicts, per phase)

@@ -738,8 +738,10 @@ def test_the_experiment_on_ray_measures_goodput_fairness_and_estimates(ray_clust
 
     exp = RayExperiment(seconds=1.5, duration_s=0.05)
     rate = 1.6 * exp.capacity(8)  # overloaded: 4 nodes x 2 CPUs carry 160 tasks/s
-    rows = run_sweep(exp, [rate], plans=["centralized", "hybrid"])
-    assert [r["architecture"] for r in rows] == ["centralized", "hybrid"]
+    # (one plan, the hybrid -- selector and placement actors: every other plan's path is part of it --
+    # for CI's budget; ``reproduce --ray --quick`` runs all three)
+    rows = run_sweep(exp, [rate], plans=["hybrid"])
+    assert [r["architecture"] for r in rows] == ["hybrid"]
     for r in rows:
         assert 0 < r["goodput"] <= r["capacity"] * 1.1 and r["drops"] > 0  # over capacity, some are dropped
         assert 0 < r["jfi"] <= 1 and set(k for k in r if k.startswith("goodput_")) == {

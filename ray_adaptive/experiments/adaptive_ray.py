@@ -54,7 +54,8 @@ from ray_adaptive.experiments.on_ray import (PLANS, POLICY, TASK_VEC, RayExperim
 from ray_adaptive.experiments.reproduce import ADAPTIVE_PHASES
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 
-__all__ = ["ADAPTIVE_PHASES", "TICK_S", "controller_settings", "run_adaptive_ray", "reproduce_adaptive_ray"]
+__all__ = ["ADAPTIVE_PHASES", "TICK_S", "controller_settings", "run_adaptive_ray", "reproduce_adaptive_ray",
+           "switches_called_for"]
 
 TICK_S = 0.5  # how often CPU, decision latencies and the plan in force are sampled
 BIN_S = 1.0  # the timeline's resolution
@@ -303,6 +304,26 @@ def timeline_rows(run: _Run, arrivals: Dict[str, List[float]], seconds: float, c
 
 # ----------------------------------------------------------------- the experiment
 
+def switches_called_for(table, settings: dict, rates: Sequence[float]) -> list:
+    """The switches the controller makes on the estimates alone, the offered rate measured exactly:
+    ``(phase, to, reason)`` for each phase that leaves the plan in force (from the first phase's choice).
+    A different choice is not enough: one better by less than the controller's margin is no reason."""
+    from ray_adaptive.adapt import Controller, Measurement, Settings
+
+    s = Settings(**{k: v for k, v in settings.items() if k in Settings.__dataclass_fields__})
+    controller, out, t = Controller(table, s, table.at(rates[0])[1]), [], 0.0
+    for phase, rate in enumerate(rates, start=1):
+        t += s.dwell_s  # (each phase long enough to dwell and to agree ``consecutive`` times)
+        for _ in range(s.consecutive):
+            t += s.every_s
+            v = controller.evaluate(Measurement(time=t, rate=rate))
+            if v.switch_to is not None:
+                controller.switched(v.switch_to, t)
+                out.append((phase, v.switch_to, v.reason))
+                break
+    return out
+
+
 def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans: Sequence[str] = PLANS,
                      phases: Sequence[float] = ADAPTIVE_PHASES, adaptive: bool = True,
                      settings: Optional[dict] = None, echo: Callable[[str], None] = print) -> dict:
@@ -340,10 +361,14 @@ def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans
     echo(f"the compiler's estimates ({time.perf_counter() - t:.1f} s, tasks of {service_s * 1e3:.1f} ms, bound "
          f"{table.capacity:.0f} tasks/s) choose per phase: "
          + "; ".join(f"{r:.0f}/s {c}" for r, c in zip(rates, choices)))
-    boundary = len(set(choices)) > 1
+    called_for = switches_called_for(table, settings, rates)
+    boundary = bool(called_for)
+    for phase, to, why in called_for:
+        echo(f"  phase {phase}: the controller would switch to {to} ({why})")
     if not boundary:
-        echo("  no phase boundary: the same plan is best within the limit at every phase's rate on this cluster "
-             "(an adaptive run has no reason to switch)")
+        echo("  no phase boundary: at no phase's rate do the estimates give the controller a reason to leave "
+             "the first phase's plan (" + ("the same plan is best within the limit at every rate" if len(set(choices)) == 1
+                                           else "the other choices are not better by its margin") + ")")
     if adaptive:
         runs.append(_run("adaptive", arrivals, exp, nodes, executors, echo=echo,
                          adaptive={**settings, "rate": rates[0], "trace": trace, "fractions": fractions}))
