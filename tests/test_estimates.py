@@ -100,6 +100,35 @@ def test_bursty_arrivals_lengthen_the_sample():
     assert busy.sample_s > 3 * calm.sample_s and "bursty" in busy.why
 
 
+def test_bursty_arrivals_widen_the_ratios_interval_by_their_design_effect():
+    calm = window_size(rate=500, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0)
+    busy = window_size(rate=500, capacity=680, periods_s=(0.1,), clients=5, timeout=1.0, dispersion=4.0)
+    assert calm.design_effect == 1.0 and busy.design_effect == pytest.approx(2.0)
+    rng = np.random.default_rng(0)
+    impl, times = 1 + rng.exponential(0.2, 400), np.linspace(0, 4, 400)
+    plain = metrics.competitive_ratio(impl, np.ones(400), scale=1.0, times=times, batch_s=0.5)
+    wide = metrics.competitive_ratio(impl, np.ones(400), scale=1.0, times=times, batch_s=0.5, widen=2.0)
+    assert wide["mean"] == plain["mean"]
+    assert wide["ci"][1] - wide["mean"] == pytest.approx(2 * (plain["ci"][1] - plain["mean"]), abs=2e-4)
+
+
+def test_bursty_arrivals_below_the_bound_do_not_choose_a_plan_their_bursts_push_out():
+    """Two bursty tenants at 0.78x of the bound (check_estimates' one failing point, issue 23): on this
+    trace decentralized+heartbeat 10ms+sync 100ms was estimated at 1.06 (interval to 1.15) and chosen;
+    the simulator's runs of it sit at 1.24-1.31. Its interval, widened by the bursts' design effect,
+    reaches above the limit: at risk, it loses to hybrid."""
+    from ray_adaptive.experiments.reproduce import WORKLOADS
+
+    exp = next(w for w in WORKLOADS if "bursty" in w.name)
+    rate = 0.78 * exp.capacity
+    c = compile_policy(load_policy(exp.policy), rate=rate, trace=exp.workload(rate, 60.0, seed=3).tasks,
+                       nodes=exp.nodes, executors=exp.executors, queue=exp.queue, profile=FIXED, measure=False,
+                       limit=exp.limit, seed=2, workers=1, replay="all")
+    d = c.estimate("decentralized+heartbeat 10ms+sync 100ms")
+    assert d.interval[1] > c.limit, (d.interval, c.limit)
+    assert not c.choice.estimate.plan.name.startswith("decentralized"), c.choice.estimate.plan.name
+
+
 def test_batch_means_interval_widens_for_correlated_batches():
     rng = np.random.default_rng(0)
     walk = 1.1 + np.cumsum(rng.normal(0, 0.02, 40))  # strongly correlated batch means

@@ -177,9 +177,9 @@ def _replay(args) -> dict:
             "attempts_per_decision": round(attempts / decided, 3) if decided else None}
 
 
-def _summarise(raw: dict, scale: Optional[float], limit: Optional[float]) -> dict:
+def _summarise(raw: dict, scale: Optional[float], limit: Optional[float], widen: float = 1.0) -> dict:
     cr = M.competitive_ratio(raw["cr_impl"], raw["cr_ideal"], scale=scale, limit=limit, times=raw["cr_times"],
-                             batch_s=raw["batch_s"])
+                             batch_s=raw["batch_s"], widen=widen)
     return {"cr": cr, "quality": {
         "ci": cr["ci"], "p90": cr["p90"], "above_limit": cr["above_limit"], "decisions": cr["n"],
         "scale": cr["scale"], "replayed_s": raw["replayed_s"], "events": raw["events"],
@@ -251,7 +251,7 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     def replay(names: list[str]) -> None:
         raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)
         for n, r in zip(names, raw):
-            got = _summarise(r, scale, limit)
+            got = _summarise(r, scale, limit, size.design_effect)
             current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
 
     if deciding is None:

@@ -132,10 +132,10 @@ def decision_ratios(impl: Sequence[float], ideal: Sequence[float], scale: float,
 
 def competitive_ratio(impl: Sequence[float], ideal: Sequence[float], scale: Optional[float] = None,
                       limit: Optional[float] = None, cap: float = 100.0, times: Optional[Sequence[float]] = None,
-                      batch: int = 25, batch_s: float = 0.0) -> dict:
+                      batch: int = 25, batch_s: float = 0.0, widen: float = 1.0) -> dict:
     """Summary of a run's decisions: mean (the estimate) with its 95% interval (``ci``, see
-    :func:`mean_interval`; batches of ``batch_s`` seconds by ``times``, or of ``batch`` decisions),
-    p90, max, share above ``limit``, n, scale.
+    :func:`mean_interval`; batches of ``batch_s`` seconds by ``times``, or of ``batch`` decisions;
+    its half-width times ``widen``), p90, max, share above ``limit``, n, scale.
 
     Example:
         >>> competitive_ratio([10, 12, 0, 1], [10, 10, 0, 0], scale=2.0)["mean"]
@@ -147,6 +147,7 @@ def competitive_ratio(impl: Sequence[float], ideal: Sequence[float], scale: Opti
         return {"mean": 1.0, "ci": [1.0, 1.0], "p90": 1.0, "max": 1.0, "above_limit": 0.0, "n": 0,
                 "scale": round(scale, 6)}
     _, half = mean_interval(batch_means(r, None if times is None else np.asarray(times), batch, batch_s))
+    half *= widen
     mean = float(r.mean())
     return {
         "mean": round(mean, 4),
