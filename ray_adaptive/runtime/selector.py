@@ -685,8 +685,7 @@ class SelectorClient:
     def decision_latencies(self) -> List[float]:
         import ray
 
-        with self._cond:
-            local = list(self._local_latencies)
+        local = self.leased_decision_latencies()
         try:
             return ray.get(self._selector.decision_latencies.remote(), timeout=10) + local
         except Exception:  # the selector is gone (a switch retired it, or shutdown): what this process made
