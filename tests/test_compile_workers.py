@@ -69,3 +69,51 @@ def test_killing_compile_mid_run_leaves_no_worker():
         for w in workers:  # (only if the test failed: this test's own workers)
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+def _sleep_then_square(x):
+    time.sleep(x[1])
+    return x[0] * x[0]
+
+
+def test_a_job_whose_result_no_longer_matters_is_stopped_with_its_worker():
+    from ray_adaptive.compiler.parallel import run_jobs
+
+    # "fast" decides: once it is done nothing else is wanted, so "slow" (60 s) must be stopped, not awaited
+    jobs = {"fast": (3, 0.5), "slow": (4, 60.0), "never": (5, 0.0)}
+    asked = []
+
+    def wanted(done):
+        asked.append(dict(done))
+        return [] if "fast" in done else ["fast", "slow"]
+
+    t0 = time.monotonic()
+    done = run_jobs(jobs, workers=2, run=_sleep_then_square, wanted=wanted)
+    assert done == {"fast": 9}
+    assert time.monotonic() - t0 < 20, "run_jobs waited for a job no longer wanted"
+    assert not _children(os.getpid()) or all(not _alive(c) for c in _children(os.getpid()))
+    # one worker: the same keys done, one at a time in the order named
+    assert run_jobs(jobs, workers=1, run=_sleep_then_square, wanted=wanted) == {"fast": 9}
+
+
+def _logged_sleep(x):
+    path, key, seconds = x
+    with open(path, "a") as f:
+        f.write(f"start {key}\n")
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"end {key}\n")
+    return key
+
+
+def test_a_free_worker_takes_the_next_job_named_without_waiting_for_the_others(tmp_path):
+    from ray_adaptive.compiler.parallel import run_jobs
+
+    # a: 5 s; b, c, d: 0.2 s each. In rounds of two, c and d would start after a ends; taken as workers
+    # free up, they run one after the other beside a.
+    log = tmp_path / "log"
+    jobs = {k: (str(log), k, 5.0 if k == "a" else 0.2) for k in "abcd"}
+    done = run_jobs(jobs, workers=2, run=_logged_sleep, wanted=lambda done: list(jobs))
+    assert done == {k: k for k in "abcd"}
+    events = log.read_text().split("\n")
+    assert events.index("start d") < events.index("end a"), events

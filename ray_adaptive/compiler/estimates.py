@@ -224,7 +224,7 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
     execution bound), the slots its throughput keeps busy (:func:`busy_level`); else ``prefill``.
     ``deciding``: replay only the plans this names, given the estimates so far, until it names none
     (:func:`~ray_adaptive.compiler.choice.undecided`: the plans whose ratio can still change the
-    choice), a few at a time; the others are marked as skipped (:data:`SKIPPED`).
+    choice), each as soon as a process is free; the others are marked as skipped (:data:`SKIPPED`).
     """
     nodes = len(window.nodes)
     if isinstance(warm, WindowSize):
@@ -248,21 +248,20 @@ def estimate_quality(estimates: Sequence[Estimate], analysis: Analysis, profile:
         jobs[e.plan.name] = (lowered, window, seed, level, cr_from, rule, (short, size.batch_s(period)),
                              e.plan.architecture)
 
-    def replay(names: list[str]) -> None:
-        raw = run_jobs([jobs[n] for n in names], workers, _replay, _expected_cost)
-        for n, r in zip(names, raw):
-            got = _summarise(r, scale, limit, size.design_effect)
-            current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
-
-    if deciding is None:
-        replay(list(jobs))
-    else:
-        while True:
-            todo = [e.plan.name for e in deciding(list(current.values())) if e.plan.name in jobs]
-            if not todo:
-                break
-            replay(todo[:max(1, workers)])
-        for n in jobs:
+    def absorb(done: dict) -> None:  # replays finished: their ratios into the estimates
+        for n, r in done.items():
             if "ci" not in current[n].quality:
-                current[n] = dataclasses.replace(current[n], quality={"skipped": SKIPPED})
+                got = _summarise(r, scale, limit, size.design_effect)
+                current[n] = dataclasses.replace(current[n], competitive_ratio=got["cr"]["mean"], quality=got["quality"])
+
+    def wanted(done: dict) -> list[str]:
+        absorb(done)
+        if deciding is None:  # every plan, the longest replays first (none straggles at the end)
+            return sorted(jobs, key=lambda n: -_expected_cost(jobs[n]))
+        return [e.plan.name for e in deciding(list(current.values())) if e.plan.name in jobs]
+
+    absorb(run_jobs(jobs, workers, _replay, wanted))
+    for n in jobs:
+        if "ci" not in current[n].quality:
+            current[n] = dataclasses.replace(current[n], quality={"skipped": SKIPPED})
     return [current[e.plan.name] for e in estimates]
