@@ -257,7 +257,9 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             (the plan to start with, any plan this function takes; default ``"auto"``) and
             ``trace`` (task specs of the expected workload: the first estimate table is computed
             on it rather than on the compiler's default workload, so the controller's rates and
-            durations are right from the start; later tables, on the recorded workload).
+            durations are right from the start; later tables, on the recorded workload) or ``table``
+            (that first table itself, from :func:`ray_adaptive.compiler.estimate_table` for this
+            policy and cluster: the controller starts at once, with no compile).
 
     Example::
 
@@ -301,6 +303,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             _check_fields(p.node_fields, fields, what, "node_fields")
             ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
             nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields).as_dict())
+        if settings is not None and "table" in extra:
+            _check_table(extra["table"], p.name, len(nodes))
         first = plan if settings is None else extra.get("initial", "auto")
         chosen, why = select_plan(p, first, nodes=len(nodes),
                                   executors=nodes[0]["executors"], queue=queue, rate=rate, profile=profile)
@@ -318,7 +322,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             rt.holding = holding
             rt.publish_info(group_by=group_by)
             if settings is not None:
-                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile, extra.get("trace"))
+                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile, extra.get("trace"),
+                                       extra.get("table"))
         except BaseException:
             if topology is not None:
                 topology.close()
@@ -348,22 +353,38 @@ def _adaptive_settings(plan: Any, adaptive: dict):
             raise TypeError(f"start() got controller settings {sorted(adaptive)} but plan={plan!r}; they are for "
                             f"plan='adaptive'")
         return None, None
-    extra = {k: adaptive.pop(k) for k in ("fractions", "initial", "trace") if k in adaptive}
+    options = ("fractions", "initial", "trace", "table")
+    extra = {k: adaptive.pop(k) for k in options if k in adaptive}
     known = set(Settings.__dataclass_fields__)
     unknown = sorted(set(adaptive) - known)
     if unknown:
         raise TypeError(f"start() got unknown keyword arguments {unknown}; plan='adaptive' takes: "
-                        f"{', '.join(sorted(known | {'fractions', 'initial', 'trace'}))}")
+                        f"{', '.join(sorted(known | set(options)))}")
     trace = extra.get("trace")
     if trace is not None and (isinstance(trace, (str, bytes)) or len(trace) < 10):  # (estimate_table's floor)
         raise ValueError("trace= must be a sequence of at least 10 task specs (ray_adaptive.workload.specs.TaskSpec)")
+    if "table" in extra and ("trace" in extra or "fractions" in extra):
+        raise TypeError("start() got table= with trace= or fractions=; they compute the first table: give one or the other")
     return Settings(**adaptive), extra
 
 
-def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None):
+def _check_table(table, policy: str, nodes: int) -> None:
+    """A first estimate table given to ``start()`` is one for this policy and cluster."""
+    from ray_adaptive.adapt import EstimateTable
+
+    if not isinstance(table, EstimateTable):
+        raise TypeError(f"table= must be an EstimateTable (ray_adaptive.compiler.estimate_table), "
+                        f"found {type(table).__name__}")
+    if table.policy != policy or table.nodes != nodes:
+        raise ValueError(f"table= was computed for policy {table.policy!r} on {table.nodes} nodes; this runtime "
+                         f"runs {policy!r} on {nodes}")
+
+
+def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None, first_table=None):
     """Start the adaptive loop of ``rt``; its estimate table is computed by a Ray task (``num_cpus=0``):
     seconds of replays in this process would hold its GIL against the callers' submissions. The first
-    table on ``first_trace`` (None: the compiler's default workload for the policy)."""
+    table is ``first_table``, or computed on ``first_trace`` (None: the compiler's default workload for
+    the policy)."""
     import ray
 
     from ray_adaptive.adaptation import Adaptation
@@ -378,7 +399,7 @@ def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None):
         return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
                                       trace=trace, profile=profile, workers=1, **extra))
 
-    return Adaptation(rt, settings, table_for)
+    return Adaptation(rt, settings, table_for, first_table)
 
 
 def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:

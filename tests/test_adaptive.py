@@ -36,15 +36,44 @@ def _drive(fn, rate_of, seconds: float, refs: list, stop: threading.Event = None
         time.sleep(max(0.0, nxt - time.monotonic()))
 
 
-@pytest.fixture
-def adaptive(ray_cluster):
-    def start(**settings):
-        rt = ra.start("drf_lb", plan="adaptive", rate=20, profile=SLOW_MESSAGES, fractions=GRID, **settings)
+@pytest.fixture(scope="module")
+def grid_table(ray_cluster):
+    """The estimate table of this cluster on GRID, computed once -- by the runtime's own Ray task, as
+    ``start()`` without ``table=`` does -- and handed to the tests' runtimes as ``table=``."""
+    rt = ra.start("drf_lb", plan="adaptive", rate=20, profile=SLOW_MESSAGES, fractions=GRID)
+    try:
         wait_for(lambda: rt.adaptation.controller is not None, timeout=60, message="the estimate table")
+        return rt.adaptation.table
+    finally:
+        ra.shutdown()
+
+
+@pytest.fixture
+def adaptive(grid_table):
+    def start(**settings):
+        rt = ra.start("drf_lb", plan="adaptive", initial=grid_table.at(20)[1], profile=SLOW_MESSAGES,
+                      table=grid_table, **settings)
+        assert rt.adaptation.table is grid_table and rt.adaptation.controller is not None
         return rt
 
     yield start
     ra.shutdown()
+
+
+def test_a_table_for_another_policy_or_cluster_is_refused(grid_table):
+    import dataclasses
+
+    from ray_adaptive import resources
+
+    with pytest.raises(ValueError, match="computed for policy 'drf_lb' on 4 nodes; this runtime runs 'least_loaded'"):
+        ra.start("least_loaded", plan="adaptive", table=grid_table)
+    with pytest.raises(ValueError, match="on 12 nodes; this runtime runs 'drf_lb' on 4"):
+        ra.start("drf_lb", plan="adaptive", table=dataclasses.replace(grid_table, nodes=12))
+    with pytest.raises(TypeError, match="give one or the other"):
+        ra.start("drf_lb", plan="adaptive", table=grid_table, fractions=GRID)
+    with pytest.raises(TypeError, match="must be an EstimateTable"):
+        ra.start("drf_lb", plan="adaptive", table={"rates": [1]})
+    assert resources.created_resources() == {}  # (refused before any slot was made)
 
 
 def test_the_plan_in_force_follows_the_compilers_choice_for_the_measured_rate(adaptive):

@@ -9,10 +9,10 @@ per static plan and once with ``ra.start("drf_lb", plan="adaptive")``.
 The static runs come first: each measures how long a task holds an executor
 here (:func:`~ray_adaptive.experiments.on_ray.service_time`). On their median
 the compiler computes one estimate table for this cluster
-(:func:`ray_adaptive.compiler.estimate_table`, at exactly the phases' rates);
-the adaptive run gets the same workload as ``trace=`` (its controller's first
-table is that one, not the compiler's default workload's) and the table gives
-every run's estimates per phase.
+(:func:`ray_adaptive.compiler.estimate_table`, at exactly the phases' rates):
+the adaptive run starts on it (``table=``, with the table's choice for the
+first phase) rather than computing its own, and it gives every run's
+estimates per phase.
 
 Per run and phase (``adaptive_ray_phases.csv``): offered rate, goodput (the
 phase's arrivals that started on time, per second of the phase), drops, JFI over the tenants'
@@ -371,7 +371,7 @@ def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans
                                            else "the other choices are not better by its margin") + ")")
     if adaptive:
         runs.append(_run("adaptive", arrivals, exp, nodes, executors, echo=echo,
-                         adaptive={**settings, "rate": rates[0], "trace": trace, "fractions": fractions}))
+                         adaptive={**settings, "table": table, "initial": choices[0]}))
         echo(f"  adaptive: {len(runs[-1].history)} switch(es)")
     rows = [row for r in runs for row in phase_rows(r, arrivals, rates, phase_s, capacity, table)]
     timeline = [row for r in runs for row in timeline_rows(r, arrivals, seconds, capacity, table)]
