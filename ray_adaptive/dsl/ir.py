@@ -8,7 +8,7 @@ policy printed and parsed again compares equal to the original.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,9 @@ class Type:
         if k == "float":
             return _is_float_value(value)
         if k == "vec":
-            return isinstance(value, (list, tuple)) and all(self.elem.accepts(x) for x in value)
+            if not isinstance(value, (list, tuple)):
+                return False
+            return all(map(_is_float_value if self.elem.kind == "float" else self.elem.accepts, value))
         if k == "map":
             key_ok = STRING.accepts if self.args[0].kind == "string" else INT.accepts
             return isinstance(value, dict) and all(key_ok(a) and self.args[1].accepts(b) for a, b in value.items())
@@ -271,16 +273,25 @@ def field_problem(decls: "tuple[FieldDecl, ...]", values: dict) -> "Optional[tup
         >>> field_problem((FieldDecl("tenant", STRING),), {"tenant": 3})
         ('type', 'tenant', Type(kind='string', args=()))
     """
+    return field_checker(decls)(values)
+
+
+def field_checker(decls: "tuple[FieldDecl, ...]") -> "Callable[[dict], Optional[tuple[str, str, Optional[Type]]]]":
+    """:func:`field_problem` for many records against the same declarations (they are read once)."""
     declared = {d.name: d.type for d in decls}
-    for name in values:
-        if name not in declared:
-            return ("unknown", name, None)
-    for name, t in declared.items():
-        if name not in values:
-            return ("missing", name, t)
-        if not t.accepts(values[name]):
-            return ("type", name, t)
-    return None
+
+    def problem(values: dict):
+        for name in values:
+            if name not in declared:
+                return ("unknown", name, None)
+        for name, t in declared.items():
+            if name not in values:
+                return ("missing", name, t)
+            if not t.accepts(values[name]):
+                return ("type", name, t)
+        return None
+
+    return problem
 
 
 @dataclass(frozen=True)

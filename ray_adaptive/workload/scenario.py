@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ray_adaptive.dsl.ir import Policy, field_problem
+from ray_adaptive.dsl.ir import Policy, field_checker
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.files import read_text
 from ray_adaptive.workload import specs
@@ -184,8 +184,9 @@ _MEANING = {"int": " (a 64-bit integer)", "float": " (a number, not NaN)",
 def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>") -> None:
     """Check that every task/node carries exactly the fields the policy declares, well typed."""
     for kind, decls, entries in (("tasks", policy.task_fields, scenario.tasks), ("nodes", policy.node_fields, scenario.nodes)):
+        problem_of = field_checker(decls)
         for i, entry in enumerate(entries):
-            problem = field_problem(decls, entry.fields)
+            problem = problem_of(entry.fields)
             if problem is None:
                 continue
             what, name, t = problem
