@@ -246,7 +246,8 @@ def test_a_crash_during_a_switch_ends_with_one_topology_and_no_task_lost(drf, ro
     assert rt.plan.architecture == new and rt.topology.generation == 1
     _release(marks)
     ray.get(longs, timeout=60)
-    wait_for(lambda: _alloc_is(rt, {}), timeout=30, message="State back to zero after the crash")
+    wait_for(lambda: _alloc_is(rt, {}), timeout=30,
+             message=lambda: f"State back to zero after the crash (alloc: {_state(rt)['alloc']}, history: {rt.history})")
     assert len(os.listdir(marks)) == submitted
     assert resources.created_resources() == slots
     wait_for(lambda: not any(_alive(n) for n in _actors_of(0)), timeout=15, message="the old plan's actors gone")

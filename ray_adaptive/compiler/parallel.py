@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 from typing import Callable, Hashable, Mapping, Sequence
@@ -113,6 +114,9 @@ def _forked_worker(jobs: Mapping, run: Callable, conn, parent: int) -> None:
     told to stop. The cyclic garbage collector stays off: it would only touch -- and so copy -- the
     parent's pages."""
     gc.disable()
+    # stopped by SIGTERM when its job no longer matters: die at once, without a handler the parent
+    # installed (a Ray driver's prints a stack trace)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     while (key := conn.recv()) is not None:
         try:
