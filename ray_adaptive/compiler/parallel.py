@@ -68,7 +68,8 @@ def run_jobs(jobs: Mapping[Hashable, object], workers: int, run: Callable,
                 if key not in named:  # (its result can no longer matter: stop it, its worker with it)
                     del running[conn]
                     child.terminate()
-            for key in [k for k in named if k not in {k for _, k in running.values()}]:
+            busy = {k for _, k in running.values()}
+            for key in [k for k in named if k not in busy]:
                 if not idle and len(running) < workers:
                     spawn()
                 if not idle:
