@@ -259,7 +259,8 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             on it rather than on the compiler's default workload, so the controller's rates and
             durations are right from the start; later tables, on the recorded workload) or ``table``
             (that first table itself, from :func:`ray_adaptive.compiler.estimate_table` for this
-            policy and cluster: the controller starts at once, with no compile).
+            policy and cluster: the controller starts at once, with no compile; later tables on
+            its grid of rates).
 
     Example::
 
@@ -391,6 +392,8 @@ def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None, 
     from ray_adaptive.compiler import estimate_table
 
     n = rt.topology.nodes
+    if first_table is not None:  # (refreshed tables keep its grid)
+        fractions = tuple(r / first_table.capacity for r in first_table.rates)
     extra = {"fractions": tuple(fractions)} if fractions else {}
     compute = ray.remote(num_cpus=0, max_retries=1)(estimate_table)
 

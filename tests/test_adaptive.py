@@ -112,3 +112,9 @@ def test_a_rate_oscillating_around_a_boundary_does_not_flap(adaptive):
     assert len(seen) == 2, seen  # the measured rate did cross the boundary, both ways
     assert len(rt.history) <= 1, rt.history
     assert ray.get(refs, timeout=60) == list(range(len(refs)))
+
+
+def test_tables_refreshed_after_a_given_one_keep_its_grid(adaptive, grid_table):
+    rt = adaptive()
+    refreshed = rt.adaptation._table_for(None)  # (what a refresh computes, here on the default workload)
+    assert refreshed.rates == pytest.approx(grid_table.rates)
