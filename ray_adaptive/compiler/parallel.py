@@ -38,12 +38,12 @@ def run_jobs(jobs: Mapping[Hashable, object], workers: int, run: Callable,
     stopped (its result could not matter), so the keys done may be fewer than with one worker."""
     done: dict = {}
 
-    def todo(running) -> list:
-        return [k for k in wanted(done) if k not in done and k not in running]
+    def todo() -> list:
+        return [k for k in wanted(done) if k not in done]
 
     workers = min(workers, len(jobs))
     if workers <= 1:
-        while ks := todo(()):
+        while ks := todo():
             done[ks[0]] = run(jobs[ks[0]])
         return done
     import multiprocessing
@@ -63,7 +63,7 @@ def run_jobs(jobs: Mapping[Hashable, object], workers: int, run: Callable,
 
     try:
         while True:
-            named = todo(())
+            named = todo()
             for conn, (child, key) in list(running.items()):
                 if key not in named:  # (its result can no longer matter: stop it, its worker with it)
                     del running[conn]
