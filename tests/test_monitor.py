@@ -10,7 +10,7 @@ from ray_adaptive.workload.trace import read_trace
 def _feed(m, times, tenant, duration=0.1):
     for i, t in enumerate(times):
         m.arrived(t, {"tenant": tenant})
-        m.finished(TaskRecord(f"{tenant}{i}", t, t + 0.01, t + 0.01 + duration, "n0", {"tenant": tenant}))
+        m.finished([TaskRecord(f"{tenant}{i}", t, t + 0.01, t + 0.01 + duration, "n0", {"tenant": tenant})])
 
 
 def test_rates_burstiness_and_durations_per_group():
@@ -58,3 +58,25 @@ def test_load_reports_each_groups_goodput_over_the_last_seconds():
     assert "goodput_per_s" not in later["groups"]["a"]
     assert 3 / 10.0 < later["groups"]["b"]["goodput_per_s"] <= 3 / 0.05
     assert (later["finished"], later["groups"]["a"]["finished"]) == (7, 4)  # the cumulative counts stand
+
+
+def test_load_reports_the_arrival_rate_over_the_last_seconds():
+    """The arrivals since the report ``recent_s`` ago over the time since (at least ``recent_s``),
+    as the goodput: what the metrics export as ``ray_adaptive_arrival_rate``, with no pass over records."""
+    import time
+
+    m = Monitor("drf_lb", group_by="tenant")
+    m.decided([{"tenant": "a"}, {"tenant": "b"}, {}])
+    m.dropped({"tenant": "a"})
+    for i in range(6):
+        m.arrived(float(i), {"tenant": "a"})
+    first = m.load(recent_s=60.0)
+    assert first["arrival_rate_per_s"] == pytest.approx(6 / 60.0)
+    assert {g: (c["decided"], c["dropped"]) for g, c in first["groups"].items()} == \
+        {"a": (1, 1), "b": (1, 0), "": (1, 0)}
+    time.sleep(0.05)
+    for i in range(3):
+        m.arrived(10.0 + i, {"tenant": "b"})
+    later = m.load(recent_s=0.01)  # since the last report only
+    assert 3 / 10.0 < later["arrival_rate_per_s"] <= 3 / 0.05
+    assert later["arrivals"] == 9

@@ -33,14 +33,14 @@ import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, List, Optional, Sequence
 
 from ray_adaptive.workload.specs import TaskSpec
 
 __all__ = ["Monitor", "TaskRecord", "percentiles"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TaskRecord:
     id: str
     arrival: float
@@ -98,15 +98,15 @@ class Monitor:
         self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
         self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
         self._groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0, 0])  # arrivals, decided, finished, dropped
-        # (monotonic time, finished per group) at each load(): goodput is the difference to the one
-        # recent_s ago -- not a pass over the last recent_s of records, which took 8 ms per report
-        # (10 us per task at 800 tasks/s) on the router's thread
-        self._marks: Deque[tuple] = deque([(time.monotonic(), {})])
+        # (monotonic time, arrivals, finished per group) at each load(): rates are the difference to
+        # the one recent_s ago -- not a pass over the last recent_s of records, which took 8 ms per
+        # report (10 us per task at 800 tasks/s) on the router's thread
+        self._marks: Deque[tuple] = deque([(time.monotonic(), 0, {})])
         self._lock = threading.Lock()
         self._metrics = None
         self._estimate: Optional[float] = None
 
-    # -- fed by the router (cheap: an append under a lock) --------------------
+    # -- fed by the router (cheap: a lock round per task or batch) --------------------
     def arrived(self, t: float, fields: dict) -> None:
         group = str(fields.get(self.group_by, "")) if self.group_by else ""
         with self._lock:
@@ -114,33 +114,42 @@ class Monitor:
             self._counts["arrivals"] += 1
             self._groups[group][0] += 1
 
-    def _count(self, fields: dict, k: int) -> None:
-        group = str(fields.get(self.group_by, "")) if self.group_by else ""
-        with self._lock:
-            self._groups[group][k] += 1
-
-    def decided(self, fields: dict) -> None:
-        """A task was placed (and launched)."""
+    def decided(self, fields: Sequence[dict]) -> None:
+        """Tasks were placed (and launched): each one's fields (one call per batch the router launches)."""
         self._count(fields, 1)
 
     def dropped(self, fields: dict) -> None:
         """A task was dropped at its deadline, never run."""
-        self._count(fields, 3)
+        self._count((fields,), 3)
 
-    def finished(self, record: TaskRecord) -> None:
+    def _group_names(self, fields: Sequence[dict]) -> List[str]:
+        by = self.group_by
+        return [str(f.get(by, "")) for f in fields] if by else [""] * len(fields)
+
+    def _count(self, fields: Sequence[dict], k: int) -> None:
+        groups = self._group_names(fields)
         with self._lock:
-            self._done.append(record)
-            self._counts["finished"] += 1
-            self._counts["duration_s"] += max(record.finished_at - record.dispatched_at, 0.0)
-            self._groups[str(record.fields.get(self.group_by, "")) if self.group_by else ""][2] += 1
+            for group in groups:
+                self._groups[group][k] += 1
+
+    def finished(self, records: Sequence[TaskRecord]) -> None:
+        """Tasks finished (one call per batch the router harvests)."""
+        groups = self._group_names([r.fields for r in records])
+        duration = sum(max(r.finished_at - r.dispatched_at, 0.0) for r in records)
+        with self._lock:
+            self._done.extend(records)
+            self._counts["finished"] += len(records)
+            self._counts["duration_s"] += duration
+            for group in groups:
+                self._groups[group][2] += 1
 
     # -- read ------------------------------------------------------------------
     def load(self, burst_window: int = 2000, recent_s: float = 10.0) -> dict:
         """This process's load as cumulative counters (arrivals, finished tasks and the sum of their
         durations, since the monitor began; per group: arrivals, decided, finished, dropped), at
-        wall-clock ``t``, the burstiness of the last ``burst_window`` arrivals, and each group's
-        goodput over the last ``recent_s`` (finished per second): what the runtime reports to its
-        store every second, so that a reader of two reports gets rates over any window, summed
+        wall-clock ``t``, the burstiness of the last ``burst_window`` arrivals, the arrival rate and
+        each group's goodput over the last ``recent_s`` (per second): what the runtime reports to
+        its store every second, so that a reader of two reports gets rates over any window, summed
         over processes."""
         now = time.monotonic()
         with self._lock:
@@ -149,15 +158,16 @@ class Monitor:
                       for g, c in self._groups.items()}
             recent = [t for t, _ in itertools.islice(reversed(self._arrivals), burst_window)][::-1]
             marks = self._marks
-            marks.append((now, {g: c["finished"] for g, c in groups.items()}))
+            marks.append((now, counts["arrivals"], {g: c["finished"] for g, c in groups.items()}))
             while len(marks) > 2 and marks[1][0] <= now - recent_s:  # keep the newest mark recent_s old
                 marks.popleft()
-            since, before = marks[0]
-        span = max(now - since, recent_s)  # (a monitor younger than recent_s: finishes per recent_s)
+            since, arrived, before = marks[0]
+        span = max(now - since, recent_s)  # (a monitor younger than recent_s: per recent_s)
         for g, c in groups.items():
             if c["finished"] > before.get(g, 0):
                 c["goodput_per_s"] = (c["finished"] - before.get(g, 0)) / span
-        return {"t": time.time(), **counts, "burstiness": _burstiness(recent), "groups": groups}
+        return {"t": time.time(), **counts, "arrival_rate_per_s": (counts["arrivals"] - arrived) / span,
+                "burstiness": _burstiness(recent), "groups": groups}
 
     def records(self) -> List[TaskRecord]:
         with self._lock:

@@ -34,12 +34,15 @@ no decision is made for a task past its deadline.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.ir import Policy
@@ -51,6 +54,7 @@ from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_fo
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 
 POOL = "pool"  # the node id of the hybrid selector's single candidate: every slot of the cluster
+_NO_HOOKS = contextlib.nullcontext()  # (stateless: one for every call with no hook to run)
 
 
 @dataclass(slots=True)
@@ -121,6 +125,9 @@ class Scheduler:
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
         self.hooks = hooks
+        self._on_arrival, self._on_dispatch, self._on_finish = (
+            self.interp.hook(name) if hooks else None for name in ("OnArrival", "OnDispatch", "OnFinish"))
+        self._hooked = any((self._on_arrival, self._on_dispatch, self._on_finish))
         self.fifo = fifo
         self.sample_d = sample_d
         self.overflow = overflow
@@ -145,9 +152,10 @@ class Scheduler:
                 for tid, now, cands, j, scores, i in list(self._records)]
 
     # ---------------------------------------------------------------- hooks
-    def _hook(self, name: str, task: TaskState, node: Optional[NodeState], now: float) -> None:
-        if self.hooks:
-            self.interp.run_hook(name, task, node, now)
+    def _quiet(self):
+        """Numpy's errors ignored, as the hooks run (see :meth:`Interpreter.hook`), around one call
+        of this scheduler: one ``np.errstate`` per call, none for a policy without hooks."""
+        return np.errstate(all="ignore") if self._hooked else _NO_HOOKS
 
     # ---------------------------------------------------------------- queue
     def add(self, task: TaskState, now: float, arrived: bool = False) -> None:
@@ -155,8 +163,9 @@ class Scheduler:
         OnArrival runs unless ``arrived``: its effect is in this State already (a task handed over
         from the plan a live switch replaced, with that plan's State)."""
         self.queue.add(task)
-        if not arrived:
-            self._hook("OnArrival", task, None, now)
+        if not arrived and self._on_arrival is not None:
+            with self._quiet():
+                self._on_arrival(task, None, now)
 
     @property
     def pending(self) -> int:
@@ -195,6 +204,10 @@ class Scheduler:
         """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
         each with ``node`` set (OnDispatch has run for each) -- and those dropped at their
         deadline, with ``node`` None."""
+        with self._quiet():
+            return self._decide(now)
+
+    def _decide(self, now: float) -> List[TaskState]:
         chosen = []
         start = time.perf_counter()
         while self.queue:
@@ -225,10 +238,12 @@ class Scheduler:
         return chosen
 
     def _bind(self, task: TaskState, node: NodeState, now: float) -> None:
+        """(The caller holds :meth:`_quiet`.)"""
         node.own += 1
         task.node = node.id
         self.running[task.id] = task
-        self._hook("OnDispatch", task, node, now)
+        if self._on_dispatch is not None:
+            self._on_dispatch(task, node, now)
 
     def add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
         """:meth:`add` then :meth:`decide`, for a task arriving at an empty queue: scored alone, as the
@@ -236,7 +251,12 @@ class Scheduler:
         if self.queue:
             self.add(task, now)
             return self.decide(now)
-        self._hook("OnArrival", task, None, now)
+        with self._quiet():
+            return self._add_and_decide(task, now)
+
+    def _add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
+        if self._on_arrival is not None:
+            self._on_arrival(task, None, now)
         start = time.perf_counter()
         cands = self._candidates()
         if not cands and self.overflow and task.deadline == math.inf:
@@ -256,24 +276,36 @@ class Scheduler:
 
     def finish(self, task_id: str, now: float) -> Optional[TaskState]:
         """A decided task left its node: free its room and run OnFinish. None if unknown."""
+        with self._quiet():
+            return self._finish(task_id, now)
+
+    def finish_all(self, task_ids: Sequence[str], now: float) -> None:
+        """:meth:`finish` for each of ``task_ids`` (one ``np.errstate`` for all their hooks)."""
+        with self._quiet():
+            for tid in task_ids:
+                self._finish(tid, now)
+
+    def _finish(self, task_id: str, now: float) -> Optional[TaskState]:
         task = self.running.pop(task_id, None)
         if task is None:
             return None
         node = self.by_id[task.node]
         node.own -= 1
-        self._hook("OnFinish", task, node, now)
+        if self._on_finish is not None:
+            self._on_finish(task, node, now)
         return task
 
     def adopt(self, tasks: Sequence[TaskState], dispatch_hooks: bool = False, now: float = 0.0) -> None:
         """Take over running tasks another scheduler decided (``node`` set). No hooks run -- their
         State comes along (a lease's handback) -- unless ``dispatch_hooks``: OnDispatch rebuilds
         their share of State here (a restarted selector, whose State started afresh)."""
-        for t in tasks:
-            self.running[t.id] = t
-            node = self.by_id[t.node]
-            node.own += 1
-            if dispatch_hooks:
-                self._hook("OnDispatch", t, node, now)
+        with self._quiet():
+            for t in tasks:
+                self.running[t.id] = t
+                node = self.by_id[t.node]
+                node.own += 1
+                if dispatch_hooks and self._on_dispatch is not None:
+                    self._on_dispatch(t, node, now)
 
     def knows(self, task_id: str) -> bool:
         """Whether the task is pending or running here."""

@@ -324,6 +324,11 @@ class _SplitScores:
     def argmin(self) -> Optional[tuple[int, int]]:
         if not (self.t and len(self.n)):
             return None
+        if len(self.t) == 1 and self.vec is None:  # one task (a .remote() at an empty queue): its row decides
+            t, op = self.t[0], self.op
+            row = [_infeasible_nan(op(t, x)) for x in self.n]
+            v = min(row)
+            return None if v == math.inf else (0, row.index(v))
         rows = self.row_min()
         v = min(rows)
         if v == math.inf:

@@ -53,9 +53,7 @@ class LocalDecider:
         return self.decide()
 
     def finished(self, ids: Sequence[str]) -> List[TaskState]:
-        now = self.now()
-        for tid in ids:
-            self.sched.finish(tid, now)
+        self.sched.finish_all(ids, self.now())
         self._dirty = self._dirty or bool(ids)
         return self.decide()
 

@@ -63,8 +63,7 @@ class Placement:
         ``loads``: every task placed and not finished per node, as the selector counted them when it
         sent ``finished`` (so this scheduler's own tasks in it are exactly the ones it still counts)."""
         s, now = self._s, time.time() - self._t0
-        for tid in finished:
-            s.finish(tid, now)
+        s.finish_all(finished, now)
         for t in forwarded:
             s.add(t, now)
         if self._m is not None:

@@ -35,7 +35,7 @@ import logging
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -276,11 +276,9 @@ class Router:
                 gone.append(task)
         if launched:
             with self._cond:
-                monitor, per_node, order_of = self.monitor, self._per_node, self._order
+                per_node, order_of = self._per_node, self._order
                 for task, ref in launched:
                     task.launched, task.ref = True, ref
-                    if monitor is not None:
-                        monitor.decided(task.state.fields)
                     node = task.node
                     per_node[node] = per_node.get(node, 0) + 1
                     self._launched[ref] = task
@@ -294,6 +292,8 @@ class Router:
                     self._pause_ended(plan, now)
                 if self._waiters:
                     self._cond.notify_all()
+            if self.monitor is not None:
+                self.monitor.decided([task.state.fields for task, _ in launched])
             for task, ref in launched:
                 if task.future is not None:
                     task.future.set_result(ref)
@@ -426,15 +426,15 @@ class Router:
 
         out = self.monitor.load()
         group_by = self.monitor.group_by
-        with self._cond:
-            live = [t for t in self._tasks.values() if t.error is None]
+        with self._cond:  # (tallied, then one dict update per group: this runs every second)
+            tally = Counter((str(t.state.fields.get(group_by, "")) if group_by else "", t.state.node is not None)
+                            for t in self._tasks.values() if t.error is None)
             generation = self.topology.generation
             latencies = [] if self.decider.thread_safe else self.decider.decision_latencies()[-10_000:]
-        for t in live:
-            g = out["groups"].setdefault(str(t.state.fields.get(group_by, "")) if group_by else "",
-                                         {"arrivals": 0, "decided": 0, "finished": 0, "dropped": 0})
-            key = "running" if t.state.node is not None else "pending"
-            g[key] = g.get(key, 0) + 1
+        for (group, placed), k in tally.items():
+            g = out["groups"].setdefault(group, {"arrivals": 0, "decided": 0, "finished": 0, "dropped": 0})
+            key = "running" if placed else "pending"
+            g[key] = g.get(key, 0) + k
         p50, p99 = percentiles(latencies, (0.5, 0.99)) if latencies else (None, None)
         return {**out, "generation": generation, "decision_p50_s": p50, "decision_p99_s": p99,
                 "oldest_pending": self.oldest_pending()}
@@ -516,14 +516,15 @@ class Router:
         with self._cond:
             now = self.now()
             finished = [t for t in (self._launched.pop(r, None) for r in ready) if t is not None]
+            tasks, per_node = self._tasks, self._per_node
             for task in finished:
-                self._tasks.pop(task.state.id, None)
-                self._per_node[task.node] -= 1
-                self.stats.finished += 1
-                if self.monitor is not None:
-                    self.monitor.finished(TaskRecord(task.state.id, task.state.arrival, task.dispatched_at, now,
-                                                     task.node, task.state.fields))
+                tasks.pop(task.state.id, None)
+                per_node[task.node] -= 1
+            self.stats.finished += len(finished)
             chosen = self._finished([t.state.id for t in finished], finished)
+        if self.monitor is not None and finished:
+            self.monitor.finished([TaskRecord(t.state.id, t.state.arrival, t.dispatched_at, now, t.node, t.state.fields)
+                                   for t in finished])
         self._launch(chosen)
         return bool(finished)
 

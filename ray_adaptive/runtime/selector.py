@@ -476,8 +476,7 @@ class SelectorClient:
                 self._running.pop(tid, None)
             if self._local is not None:
                 now = self.now()
-                for tid in ids:
-                    self._local.finish(tid, now)
+                self._local.finish_all(ids, now)
                 return self._local.decide(now)
             if self._held_finishes is not None:  # a handback is on its way: these must not overtake it
                 self._held_finishes.extend(ids)
