@@ -32,6 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from ray_adaptive._private.submit import launcher
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.dsl.ir import Policy, field_problem
 
@@ -568,7 +569,7 @@ class PolicyFunction:
         bound = self._bound_per_node(rt)
 
         def launch(node_id: str):
-            return bound[node_id].remote(*args, **kwargs)
+            return bound[node_id](args, kwargs)
 
         # (the fields are this object's own copy, read-only from here: every task shares them)
         # (``bound``'s identity: tasks Ray queues alike, one function and options; see the router)
@@ -577,9 +578,11 @@ class PolicyFunction:
         return rt.router.submit(self._task, launch, self._deadline_s, id(bound))
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
-        """node id -> this function with its options and that node's slot, made once per
-        runtime: Ray's ``.options()`` costs more than the decision itself. Keyed by the
-        exact node -> slot mapping, so a restarted policy never reuses a stale binding."""
+        """node id -> ``launch(args, kwargs)`` of this function with its options and that node's
+        slot, made once per runtime: Ray's ``.options()`` costs more than the decision itself,
+        and its ``.remote()`` redoes per call what depends on the options only (see
+        :mod:`ray_adaptive._private.submit`). Keyed by the exact node -> slot mapping, so a
+        restarted policy never reuses a stale binding."""
         slots = rt.slots
         if slots is self._bound_slots:
             return self._bound
@@ -587,7 +590,7 @@ class PolicyFunction:
         if self._bound_key != key:
             user_resources = self._options.get("resources") or {}
             base = {k: v for k, v in self._options.items() if k != "resources"}
-            self._bound = {node: self._fn.options(**base, resources={**user_resources, slot: 1})
+            self._bound = {node: launcher(self._fn.options(**base, resources={**user_resources, slot: 1}))
                            for node, slot in slots.items()}
             self._bound_key = key
         self._bound_slots = slots

@@ -1,4 +1,4 @@
-"""The one module of ray-adaptive that touches private Ray APIs.
+"""Private Ray APIs of the raylet and the GCS (those of task submission: submit.py).
 
 Ray 2.60 removed ``ray.experimental.set_resource`` but its raylet still serves
 two node-manager RPCs that are enough to rebuild it:

@@ -9,8 +9,8 @@ plain Ray.
 
 Completions are *harvested*: one ``ray.wait(..., fetch_local=False)`` finds
 what finished since the last look, by whichever thread needs it -- a caller
-waiting for room, a caller whose view is older than ``FRESH_S``, or the
-dispatcher thread. Not a callback per task (``ObjectRef.future()``): that
+waiting for room, a caller whose view is older than ``FRESH_S`` (``FRESH_HELD_S``
+while Ray's queue holds the tasks), or the dispatcher thread. Not a callback per task (``ObjectRef.future()``): that
 woke a thread per completion, took the GIL from Ray's io thread for each,
 and pulled every result into this process; here results stay on the nodes
 that made them until someone fetches them.
@@ -91,6 +91,10 @@ class Router:
     REPORT_S = 1.0  # how often this process reports its load to the store (see Monitor.load)
     TICK_S = 0.005  # the dispatcher's period: heartbeats of a waiting decider, deadlines
     FRESH_S = 0.005  # a decision sees every completion older than this: older views are harvested first
+    # ... while Ray's queue holds a full cluster's tasks (the topology's overflow): no decision then
+    # waits for room, and the loads it reads only rank the nodes, as well with 20 ms old finishes --
+    # a harvest per ~16 tasks of a busy loop instead of ~4 (docs/benchmarks.md)
+    FRESH_HELD_S = 0.02
     # the dispatcher harvests what nobody harvested for this long. A caller waiting for room harvests
     # every TICK_S itself (its wait's timeout): a dispatcher also looking every TICK_S would collide
     # with it (docs/benchmarks.md)
@@ -114,6 +118,7 @@ class Router:
         self.client = client or new_client_id()
         self.topology = topology
         self.decider = topology.decider(self.client)
+        self._fresh_s = self._freshness(topology)
         self.stats = RouterStats()
         self.monitor = monitor
         self._alive_nodes = alive_nodes
@@ -160,6 +165,10 @@ class Router:
     def now(self) -> float:
         return self.decider.now()
 
+    def _freshness(self, topology) -> float:
+        """How old the finishes a decision sees may be (see ``FRESH_HELD_S``)."""
+        return self.FRESH_HELD_S if topology.overflow else self.FRESH_S
+
     # ---------------------------------------------------------------- submit
     def submit(self, fields: dict, launch: Callable[[str], Any], deadline_s: float = math.inf,
                shape: Any = None) -> Future:
@@ -197,7 +206,7 @@ class Router:
 
     def _enqueue(self, fields: dict, launch: Callable[[str], Any], deadline_s: float,
                  future: Optional[Future], shape: Any = None) -> _Task:
-        if time.monotonic() - self._harvested_at > self.FRESH_S:
+        if time.monotonic() - self._harvested_at > self._fresh_s:
             self._harvest(block=0.0)
         with self._cond:
             if self._closed:
@@ -367,6 +376,7 @@ class Router:
             new_tasks = [t for t in (*handover.new, *self._held) if t.id in mine]
             finished = [t.id for t in self._held_finished]
             old, self.decider, self.topology = self.decider, new, topology
+            self._fresh_s = self._freshness(topology)
             self._held, self._held_finished, self._expired = [], [], 0
             self._resumed_at = time.monotonic()
             if not (arrived or new_tasks):
@@ -616,7 +626,7 @@ class Router:
             if waiting:  # tasks wait for room and no caller looks for it: see it the moment it is made
                 self._harvest(block=self.TICK_S)
             elif self._launched:  # a submitting caller harvests as it needs; else, every STALE_S
-                stale = self._harvested_at + self.STALE_S - time.monotonic()
+                stale = self._harvested_at + max(self.STALE_S, self._fresh_s) - time.monotonic()
                 if stale > 0:
                     time.sleep(stale)  # a submitting caller harvests meanwhile, as it needs
                 else:

@@ -1,0 +1,109 @@
+"""A policy task's submission (``ray_adaptive._private.submit``): the call Ray's ``.remote()`` makes to
+its core worker, with the per-call work that depends only on the options done once -- checked against
+the call Ray itself makes, on the installed Ray, for several sets of options."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import ray
+
+from ray_adaptive._private.submit import _ARGS, _BREAKPOINT, _Recorder, fast_path_off, launcher
+
+
+@ray.remote(num_cpus=0)
+def echo(a, b=0, *, c=0):
+    return a, b, c
+
+
+def _ray_call(bound, args, kwargs) -> tuple:
+    """The arguments Ray's own ``.remote()`` gives ``submit_task``, and its ref."""
+    worker = ray._private.worker.global_worker
+    real = worker.core_worker
+    recorder = _Recorder(real)
+    worker.core_worker = recorder
+    try:
+        ref = bound.remote(*args, **kwargs)
+    finally:
+        worker.core_worker = real
+    return recorder.args, ref
+
+
+OPTIONS = [
+    {},
+    {"num_cpus": 0.5, "resources": {"rack_0": 0.001}, "max_retries": 0, "retry_exceptions": True},
+    {"name": "named", "memory": 1000, "runtime_env": {"env_vars": {"RA_TEST": "1"}}},
+    {"retry_exceptions": [ValueError], "label_selector": {"zone": "a"}, "enable_task_events": False},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["defaults", "resources-retries", "name-env", "selector"])
+def test_the_recorded_call_is_the_call_ray_makes(ray_cluster, options):
+    """After the first call (Ray's own, recorded), each call passes submit_task what Ray's ``.remote()``
+    passes it for the same arguments -- every option Ray derives, the flattened arguments -- and
+    the task runs with them."""
+    bound = echo.options(**options)
+    launch = launcher(bound)
+    assert ray.get(launch((1,), {"c": 3})) == (1, 0, 3)  # (recorded)
+    assert launch.fast == 0
+    for args, kwargs in [((1,), {"c": 3}), ((4, 5), {}), ((6,), {"b": 7, "c": 8})]:
+        expected, ref = _ray_call(bound, args, kwargs)
+        assert ray.get(ref) == ray.get(launch(args, kwargs))
+        head, middle, tail = launch._recorded
+        assert (*head, *middle, *tail) == expected[:_ARGS] + expected[_ARGS + 1:_BREAKPOINT] + \
+            expected[_BREAKPOINT + 1:]
+        assert expected[_ARGS][1::2] == [*args, *kwargs.values()]
+    assert launch.fast == 3, "the fast path was not taken: does Ray's submit_task still look as recorded?"
+
+
+def test_bad_arguments_fail_as_ray_fails_them(ray_cluster):
+    launch = launcher(echo.options(num_cpus=0))
+    assert ray.get(launch((1,), {})) == (1, 0, 0)
+    for args, kwargs in [((), {}), ((1, 2, 3), {}), ((1,), {"d": 1})]:
+        with pytest.raises(TypeError):
+            echo.remote(*args, **kwargs)
+        with pytest.raises(TypeError):
+            launch(args, kwargs)
+    assert ray.get(launch((2,), {"b": 1})) == (2, 1, 0)  # (a shape checked once, then flattened)
+
+
+def test_outside_a_driver_it_is_rays_remote(ray_cluster):
+    """In a task, the calling context may carry a placement group that captures its children: each
+    call is Ray's own ``.remote()``."""
+
+    @ray.remote(num_cpus=0)
+    def submit_from_a_task():
+        launch = launcher(echo.options(num_cpus=0))
+        out = [ray.get(launch((i,), {})) for i in range(3)]
+        return out, launch.fast, fast_path_off(echo)
+
+    out, fast, why = ray.get(submit_from_a_task.remote())
+    assert out == [(0, 0, 0), (1, 0, 0), (2, 0, 0)] and fast == 0 and "not a driver" in why
+
+
+def test_a_new_ray_init_records_again(tmp_path):
+    """A launcher made under one ``ray.init`` keeps working under the next (a new core worker: the
+    first call there is Ray's own again, then recorded)."""
+    script = textwrap.dedent('''
+        import ray
+        from ray_adaptive._private.submit import launcher
+
+        @ray.remote(num_cpus=0)
+        def f(x):
+            return x + 1
+
+        launch = launcher(f.options(num_cpus=0))
+        for round in range(2):
+            ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+            print([ray.get(launch((i,), {})) for i in range(3)], launch.fast)
+            ray.shutdown()
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # (a Ray of its own, not the session's)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[:2] == ["[1, 2, 3] 2", "[1, 2, 3] 4"]
