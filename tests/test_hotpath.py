@@ -52,6 +52,23 @@ def test_the_caller_holds_them_when_asked(running):
     assert sorted(x for x, _, _ in ray.get([f.result(timeout=30) for f in futures])) == list(range(12))
 
 
+def test_while_ray_holds_the_tasks_a_busy_caller_harvests_every_fresh_held_s(running):
+    """No decision waits for room then, and the loads only rank the nodes: a submitting loop looks for
+    finishes once their news is FRESH_HELD_S old, not every FRESH_S (a look per ~4 tasks of a busy
+    loop on this machine, against ~16)."""
+    from ray_adaptive.runtime.router import Router
+
+    rt = running("least_loaded", queue=2)
+    assert rt.stats()["held_by"] == "ray"
+    fn = ra.policy("least_loaded")(where)
+    ray.get([fn.remote(i) for i in range(20)])  # (warm)
+    before, start = rt.router.stats.harvests, time.monotonic()
+    refs = [fn.remote(i) for i in range(300)]
+    elapsed, harvests = time.monotonic() - start, rt.router.stats.harvests - before
+    assert [x for x, _, _ in ray.get(refs, timeout=60)] == list(range(300))
+    assert harvests <= 1.5 * elapsed / Router.FRESH_HELD_S + 5, (harvests, elapsed)
+
+
 def test_a_policy_outside_the_proof_keeps_the_gate_unless_asked(running):
     rt = running("round_robin", queue=0)
     assert rt.stats()["held_by"] == "caller" and "does not strictly increase" in rt.holding

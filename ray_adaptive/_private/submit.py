@@ -21,7 +21,7 @@ Only where the recorded call cannot differ from Ray's: a driver (a task's
 context may carry a placement group that captures its children), no Ray
 client, tracing or task-launch hook, one return, and the same core worker
 (a new ``ray.init`` records again). Anywhere else, and on any Ray whose
-``submit_task`` arguments do not look as recorded (``check_layout``), the
+``submit_task`` arguments do not look as recorded (``_check_layout``), the
 launcher is Ray's ``.remote()`` itself. ``tests/test_submit.py`` checks the
 recorded call against the one Ray makes, on the installed Ray.
 """
@@ -93,7 +93,7 @@ def _function_of(remote_function):
     return None
 
 
-def check_layout(recorded: tuple, args: tuple, kwargs: dict) -> bool:
+def _check_layout(recorded: tuple, args: tuple, kwargs: dict) -> bool:
     """Whether ``submit_task``'s recorded arguments carry this call's arguments where this module
     puts them (flattened as ``[DUMMY, a, ..., key, value, ...]``) and an empty debugger breakpoint."""
     from ray._common.signature import DUMMY_TYPE
@@ -163,7 +163,7 @@ class _Launcher:
                 if worker.core_worker is recorder:
                     worker.core_worker = real
             got = recorder.args
-            if got is not None and isinstance(ref, ray.ObjectRef) and check_layout(got, args, kwargs):
+            if got is not None and isinstance(ref, ray.ObjectRef) and _check_layout(got, args, kwargs):
                 self._recorded = (got[:_ARGS], got[_ARGS + 1:_BREAKPOINT], got[_BREAKPOINT + 1:])
                 self._core = real
                 self._shapes.add((len(args), *kwargs) if kwargs else len(args))

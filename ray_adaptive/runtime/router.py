@@ -9,11 +9,12 @@ plain Ray.
 
 Completions are *harvested*: one ``ray.wait(..., fetch_local=False)`` finds
 what finished since the last look, by whichever thread needs it -- a caller
-waiting for room, a caller whose view is older than ``FRESH_S`` (``FRESH_HELD_S``
-while Ray's queue holds the tasks), or the dispatcher thread. Not a callback per task (``ObjectRef.future()``): that
-woke a thread per completion, took the GIL from Ray's io thread for each,
-and pulled every result into this process; here results stay on the nodes
-that made them until someone fetches them.
+waiting for room, a caller whose view is older than ``FRESH_S``
+(``FRESH_HELD_S`` while Ray's queue holds the tasks), or the dispatcher
+thread. Not a callback per task (``ObjectRef.future()``): that woke a
+thread per completion, took the GIL from Ray's io thread for each, and
+pulled every result into this process; here results stay on the nodes that
+made them until someone fetches them.
 
 A harvest looks at a *window*, not at every task in flight: Ray's owner runs
 the tasks of one shape bound to one node in the order they were submitted
