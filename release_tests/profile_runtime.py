@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # innermost frame first: the first rule matching a frame (scanned leaf -> root) names the phase
 _RULES = [
-    ("ray .remote()", ("remote_function.py",)),
+    ("ray .remote()", ("remote_function.py", "_private/submit.py")),  # (a policy task's launch: Ray's call)
     ("ray.wait", ("worker.py:wait", "_raylet.pyx:wait", "wait (ray/_private/worker.py")),
     ("ray.get", ("worker.py:get", "get (ray/_private/worker.py", "get_objects")),
     ("hooks", ("<ray-adaptive", "codegen", "dsl/interp.py")),
