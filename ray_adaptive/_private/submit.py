@@ -9,49 +9,34 @@ and an ``inspect.Signature`` bound to the arguments -- about half of the
 Python a ``.remote()`` costs the caller. Then it hands them to
 ``CoreWorker.submit_task``.
 
-:func:`launcher` lets Ray make one real ``.remote()`` and records the
-arguments Ray gave ``submit_task`` (a stand-in core worker forwards every
-call and notes that one), so every option is Ray's own doing, nothing
-re-derived here. Later calls flatten their arguments as Ray does -- checked
-against the function's signature once per shape of call (how many
-positional arguments, which keywords) -- and call ``submit_task`` with the
-recorded rest. Each call is then exactly the call Ray would make.
+:func:`launcher` makes the first call with Ray's own ``.remote()`` (which
+exports the function), then derives the arguments of ``submit_task`` from
+the options once, step by step as Ray 2.60's ``_remote`` does
+(:func:`_submit_arguments`). Later calls flatten their arguments as Ray does
+-- checked against the function's signature once per shape of call (how many
+positional arguments, which keywords) -- and make that same call.
 
-Only where the recorded call cannot differ from Ray's: a driver (a task's
-context may carry a placement group that captures its children), no Ray
-client, tracing or task-launch hook, one return, and the same core worker
-(a new ``ray.init`` records again). Anywhere else, and on any Ray whose
-``submit_task`` arguments do not look as recorded (``_check_layout``), the
-launcher is Ray's ``.remote()`` itself. ``tests/test_submit.py`` checks the
-recorded call against the one Ray makes, on the installed Ray.
+Only where the call cannot differ from Ray's: a driver (a task's context may
+carry a placement group that captures its children), no Ray client, tracing
+or task-launch hook, one return value, no placement group, and the core
+worker the arguments were derived under (a new ``ray.init`` derives them
+again). Anywhere else the launcher is Ray's ``.remote()`` itself.
+``tests/test_submit.py`` checks the derived call against the call Ray makes,
+on the installed Ray, for several sets of options and arguments.
+
+(Recording Ray's own call by standing in for ``global_worker.core_worker``
+is not an option: Ray's Cython casts that attribute unchecked while it
+prepares a task's arguments -- an ObjectRef or a large argument -- and any
+thread submitting meanwhile would crash the process.)
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable, Optional, Tuple
 
 __all__ = ["launcher", "fast_path_off"]
-
-_ARGS, _BREAKPOINT, _ARITY = 2, 10, 18  # submit_task's positional layout in Ray 2.60
-
-
-class _Recorder:
-    """Stands in for the core worker during one ``.remote()``: forwards everything, and keeps the
-    arguments of the ``submit_task`` that this thread makes."""
-
-    def __init__(self, real):
-        self._real = real
-        self._thread = threading.get_ident()
-        self.args: Optional[tuple] = None
-
-    def submit_task(self, *args):
-        if self.args is None and threading.get_ident() == self._thread:
-            self.args = args
-        return self._real.submit_task(*args)
-
-    def __getattr__(self, name: str):
-        return getattr(self._real, name)
 
 
 def fast_path_off(remote_function) -> Optional[str]:
@@ -93,18 +78,45 @@ def _function_of(remote_function):
     return None
 
 
-def _check_layout(recorded: tuple, args: tuple, kwargs: dict) -> bool:
-    """Whether ``submit_task``'s recorded arguments carry this call's arguments where this module
-    puts them (flattened as ``[DUMMY, a, ..., key, value, ...]``) and an empty debugger breakpoint."""
-    from ray._common.signature import DUMMY_TYPE
+def _submit_arguments(bound, fn, worker) -> Optional[Tuple[tuple, tuple, tuple]]:
+    """``submit_task``'s arguments before the call's arguments, between them and the debugger
+    breakpoint, and after it -- as Ray 2.60's ``RemoteFunction._remote`` derives them from
+    ``bound``'s options in a driver; None where the call could differ (see the module doc)."""
+    import os
 
-    if len(recorded) != _ARITY or recorded[_BREAKPOINT] != b"":
-        return False
-    flat = recorded[_ARGS]
-    values = [*args, *kwargs.values()]
-    keys = [DUMMY_TYPE] * len(args) + list(kwargs)
-    return (isinstance(flat, list) and len(flat) == 2 * len(values)
-            and all(a is b for a, b in zip(flat[1::2], values)) and flat[0::2] == keys)
+    import ray._common.utils
+    from ray._common import ray_option_utils
+    from ray.util.placement_group import _configure_placement_group_based_on_context
+
+    cells = dict(zip(bound.remote.__code__.co_freevars, (c.cell_contents for c in bound.remote.__closure__ or ()))) \
+        if bound is not fn else {}
+    options = dict(cells.get("updated_options", fn._default_options))
+    env_info = cells.get("serialized_runtime_env_info", fn._serialized_base_runtime_env_info)
+    options.pop("max_calls", None)
+    for k, v in ray_option_utils.task_options.items():
+        default = int(os.environ.get("RAY_TASK_MAX_RETRIES", v.default_value)) if k == "max_retries" \
+            else v.default_value
+        options[k] = options.get(k, default)
+    options.pop("max_calls", None)
+    if options["num_returns"] not in (None, 1) or options["scheduling_strategy"] is not None:
+        return None
+    retry_exceptions, allowlist = options["retry_exceptions"], None
+    if isinstance(retry_exceptions, (list, tuple)):
+        retry_exceptions, allowlist = True, tuple(retry_exceptions)
+    resources = ray._common.utils.resources_from_ray_options(options)
+    capture = options["placement_group_capture_child_tasks"]
+    group = _configure_placement_group_based_on_context(
+        worker.should_capture_child_tasks_in_placement_group if capture is None else capture,
+        options["placement_group_bundle_index"], resources, {}, fn._function_descriptor.function_name,
+        placement_group=options["placement_group"])
+    if not group.is_empty:
+        return None
+    backpressure, per_yield = options["_generator_backpressure_num_objects"], options["_num_objects_per_yield"]
+    return ((fn._language, fn._function_descriptor),
+            (options["name"] or "", 1, resources, options["max_retries"], retry_exceptions, allowlist, "DEFAULT"),
+            (env_info or "{}", -1 if backpressure is None else backpressure, 1 if per_yield is None else per_yield,
+             options.get("enable_task_events"), options.get("_labels"), options.get("label_selector"),
+             options.get("fallback_strategy")))
 
 
 class _Launcher:
@@ -118,17 +130,19 @@ class _Launcher:
         self._fn = _function_of(bound)
         self._workers = ray._private.worker  # (its global_worker is replaced by each ray.init)
         self._dummy = DUMMY_TYPE
-        self._core = None  # the core worker the recorded call was made with
-        self._recorded: Optional[Tuple[tuple, tuple, tuple]] = None  # submit_task's arguments around args, breakpoint
+        self._core = None  # the core worker the arguments were derived under
+        self._recorded: Optional[Tuple[tuple, tuple, tuple]] = None  # see _submit_arguments
         self._shapes: set = set()  # (positional count, keywords) of calls bound against the signature
         self._lock = threading.Lock()
-        self.fast = 0  # calls that took the recorded path (a test reads it)
+        self.fast = 0  # calls that took the fast path (a test reads it)
 
     def __call__(self, args: tuple, kwargs: dict):
         worker = self._workers.global_worker
+        if getattr(worker, "core_worker", None) is not self._core or not worker.connected:
+            return self._first(args, kwargs)
         recorded = self._recorded
-        if recorded is None or worker.core_worker is not self._core or not worker.connected:
-            return self._record(args, kwargs)
+        if recorded is None:  # (the fast path is off here)
+            return self._bound.remote(*args, **kwargs)
         shape = (len(args), *kwargs) if kwargs else len(args)
         if shape not in self._shapes:
             from ray._common.signature import flatten_args
@@ -146,27 +160,20 @@ class _Launcher:
         self.fast += 1
         return refs[0]
 
-    def _record(self, args: tuple, kwargs: dict):
-        """Ray's own ``.remote()``, its ``submit_task`` recorded when the fast path may be taken."""
-        import ray
-
-        if fast_path_off(self._bound) is not None:
-            return self._bound.remote(*args, **kwargs)
+    def _first(self, args: tuple, kwargs: dict):
+        """The first call under this core worker: Ray's own ``.remote()`` (which exports the function);
+        then the arguments of ``submit_task`` for the next calls, where the fast path may be taken."""
+        ref = self._bound.remote(*args, **kwargs)
         worker = self._workers.global_worker
-        with self._lock:  # (one thread records at a time)
-            real = worker.core_worker
-            recorder = _Recorder(real)
-            worker.core_worker = recorder
-            try:
-                ref = self._bound.remote(*args, **kwargs)
-            finally:
-                if worker.core_worker is recorder:
-                    worker.core_worker = real
-            got = recorder.args
-            if got is not None and isinstance(ref, ray.ObjectRef) and _check_layout(got, args, kwargs):
-                self._recorded = (got[:_ARGS], got[_ARGS + 1:_BREAKPOINT], got[_BREAKPOINT + 1:])
-                self._core = real
-                self._shapes.add((len(args), *kwargs) if kwargs else len(args))
+        with self._lock:
+            derived = None
+            if fast_path_off(self._bound) is None:
+                try:
+                    derived = _submit_arguments(self._bound, self._fn, worker)
+                except Exception:  # (a Ray whose internals moved: its own .remote() it is)
+                    logging.getLogger(__name__).debug("no fast submission for %r", self._bound, exc_info=True)
+            self._recorded, self._core = derived, worker.core_worker
+            self._shapes.add((len(args), *kwargs) if kwargs else len(args))
         return ref
 
 
