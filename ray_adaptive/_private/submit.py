@@ -65,17 +65,22 @@ def fast_path_off(remote_function) -> Optional[str]:
     return None
 
 
+def _closure(remote_function) -> dict:
+    """The variables ``.options()``' wrapper closes over (its ``remote``: the function, the options,
+    the runtime env); empty for anything else."""
+    remote = getattr(remote_function, "remote", None)
+    code, cells = getattr(remote, "__code__", None), getattr(remote, "__closure__", None)
+    return dict(zip(code.co_freevars, (c.cell_contents for c in cells))) if code and cells else {}
+
+
 def _function_of(remote_function):
-    """The ``RemoteFunction`` behind ``.options()``' wrapper (its ``remote`` closes over it)."""
+    """The ``RemoteFunction`` itself, or the one behind ``.options()``' wrapper; None for anything else."""
     from ray.remote_function import RemoteFunction
 
     if isinstance(remote_function, RemoteFunction):
         return remote_function
-    cells = getattr(getattr(remote_function, "remote", None), "__closure__", None) or ()
-    for cell in cells:
-        if isinstance(cell.cell_contents, RemoteFunction):
-            return cell.cell_contents
-    return None
+    fn = _closure(remote_function).get("func_cls")
+    return fn if isinstance(fn, RemoteFunction) else None
 
 
 def _submit_arguments(bound, fn, worker) -> Optional[Tuple[tuple, tuple, tuple]]:
@@ -88,8 +93,7 @@ def _submit_arguments(bound, fn, worker) -> Optional[Tuple[tuple, tuple, tuple]]
     from ray._common import ray_option_utils
     from ray.util.placement_group import _configure_placement_group_based_on_context
 
-    cells = dict(zip(bound.remote.__code__.co_freevars, (c.cell_contents for c in bound.remote.__closure__ or ()))) \
-        if bound is not fn else {}
+    cells = _closure(bound) if bound is not fn else {}
     options = dict(cells.get("updated_options", fn._default_options))
     env_info = cells.get("serialized_runtime_env_info", fn._serialized_base_runtime_env_info)
     options.pop("max_calls", None)
