@@ -62,7 +62,7 @@ class PolicyRuntime:
     why: str
     router: Any
     binding: Any = None
-    adaptation: Any = None  # plan="adaptive": the controller's loop (ray_adaptive.adaptation)
+    control_loop: Any = None  # plan="adaptive": the controller's loop (ray_adaptive.control_loop)
     holding: str = ""
     _history: list = field(default_factory=list, repr=False)
     _switching: Any = field(default_factory=threading.Lock, repr=False)
@@ -113,7 +113,7 @@ class PolicyRuntime:
     @property
     def evaluations(self) -> list:
         """The adaptive controller's recent verdicts (empty unless ``plan="adaptive"``)."""
-        return list(self.adaptation.evaluations) if self.adaptation is not None else []
+        return list(self.control_loop.evaluations) if self.control_loop is not None else []
 
     def switch(self, plan: Any, reason: str = "forced", *, estimates: Optional[dict] = None,
                measured: Optional[dict] = None, _on_phase=None, _by_controller: bool = False) -> dict:
@@ -152,8 +152,8 @@ class PolicyRuntime:
             self.plan, self.why = chosen, f"switched ({reason}): {why}"
             self._history.append(entry)
             self.publish_info()
-        if self.adaptation is not None and not _by_controller:
-            self.adaptation.switched(chosen.name)
+        if self.control_loop is not None and not _by_controller:
+            self.control_loop.switched(chosen.name)
         return entry
 
     def why_pending(self, task) -> dict:
@@ -190,8 +190,8 @@ class PolicyRuntime:
     def shutdown(self, timeout: float = 60.0) -> None:
         """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
         process also removes the actors and the slots."""
-        if self.adaptation is not None:
-            self.adaptation.stop()
+        if self.control_loop is not None:
+            self.control_loop.stop()
         self.router.close(timeout)
         if self.binding is not None:
             if self._owned is not None and self._owned.generation != self.router.topology.generation:
@@ -228,7 +228,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             nodes pick the node), any plan name ``ray-adaptive compile`` lists,
             or a plan file (path or dict); or ``"adaptive"``: the compiler's
             choice at first, then whatever plan fits the measured load, switched
-            live (see :mod:`ray_adaptive.adaptation` and docs/adaptive.md).
+            live (see :mod:`ray_adaptive.control_loop` and docs/adaptive.md).
         rate: the arrival rate (tasks/s) ``"auto"`` (and ``"adaptive"``, at first) compiles for
             (default: the cluster's execution bound, where plans differ most).
         executors: tasks each node runs at once (default: its CPU count).
@@ -253,7 +253,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             and why (see :mod:`ray_adaptive.plan.holding`).
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
             ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
-            ``prefer_cheaper``: see :class:`ray_adaptive.adapt.Settings`), ``fractions`` (the
+            ``prefer_cheaper``: see :class:`ray_adaptive.control.Settings`), ``fractions`` (the
             estimate grid's rates, as fractions of the cluster's execution bound), ``initial``
             (the plan to start with, any plan this function takes; default ``"auto"``) and
             ``trace`` (task specs of the expected workload: the first estimate table is computed
@@ -324,7 +324,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             rt.holding = holding
             rt.publish_info(group_by=group_by)
             if settings is not None:
-                rt.adaptation = _adapt(rt, settings, extra.get("fractions"), profile, extra.get("trace"),
+                rt.control_loop = _adapt(rt, settings, extra.get("fractions"), profile, extra.get("trace"),
                                        extra.get("table"))
         except BaseException:
             if topology is not None:
@@ -347,8 +347,8 @@ def _task_id(router, task) -> str:
 
 
 def _adaptive_settings(plan: Any, adaptive: dict):
-    """The controller's :class:`~ray_adaptive.adapt.Settings` and grid for ``plan="adaptive"`` (else None)."""
-    from ray_adaptive.adapt import Settings
+    """The controller's :class:`~ray_adaptive.control.Settings` and grid for ``plan="adaptive"`` (else None)."""
+    from ray_adaptive.control import Settings
 
     if plan != "adaptive":
         if adaptive:
@@ -372,7 +372,7 @@ def _adaptive_settings(plan: Any, adaptive: dict):
 
 def _check_table(table, policy: str, nodes: int) -> None:
     """A first estimate table given to ``start()`` is one for this policy and cluster."""
-    from ray_adaptive.adapt import EstimateTable
+    from ray_adaptive.control import EstimateTable
 
     if not isinstance(table, EstimateTable):
         raise TypeError(f"table= must be an EstimateTable (ray_adaptive.compiler.estimate_table), "
@@ -389,7 +389,7 @@ def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None, 
     the policy)."""
     import ray
 
-    from ray_adaptive.adaptation import Adaptation
+    from ray_adaptive.control_loop import ControlLoop
     from ray_adaptive.compiler import estimate_table
 
     n = rt.topology.nodes
@@ -403,7 +403,7 @@ def _adapt(rt: "PolicyRuntime", settings, fractions, profile, first_trace=None, 
         return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
                                       trace=trace, profile=profile, workers=1, **extra))
 
-    return Adaptation(rt, settings, table_for, first_table)
+    return ControlLoop(rt, settings, table_for, first_table)
 
 
 def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:

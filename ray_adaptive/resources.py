@@ -280,7 +280,7 @@ def _resolve_nodes(client: raylet.RayletClient, node_spec: NodeSpec) -> List[str
     if node_spec is None:
         return [raylet.current_node_id()]
     if isinstance(node_spec, str):
-        client._node(node_spec)  # raises ResourceError if unknown or dead
+        client.alive_node(node_spec)  # raises ResourceError if unknown or dead
         return [node_spec]
     if isinstance(node_spec, Mapping):
         for key, value in node_spec.items():
@@ -303,7 +303,7 @@ def _resolve_nodes(client: raylet.RayletClient, node_spec: NodeSpec) -> List[str
         for node in nodes:
             if not isinstance(node, str):
                 raise TypeError(f"node_spec must list node id strings, got {node!r}")
-            client._node(node)
+            client.alive_node(node)
         return nodes
     raise TypeError(
         "node_spec must be None (this node), a node id, a list of node ids or a dict "

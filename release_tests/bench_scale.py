@@ -27,7 +27,7 @@ import os
 import statistics
 import time
 
-from ray_adaptive.adapt import Settings
+from ray_adaptive.control import Settings
 from ray_adaptive.compiler import Profile, compile_policy, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy

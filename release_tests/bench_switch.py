@@ -172,7 +172,7 @@ def adaptive_overhead(tasks: int, repeats: int, plan: str = "decentralized") -> 
 
     def run(**kw) -> float:
         rt = ra.start("least_loaded", queue=30, **kw)
-        while rt.adaptation is not None and rt.adaptation.controller is None:
+        while rt.control_loop is not None and rt.control_loop.controller is None:
             time.sleep(0.1)  # its estimate table computed: the controller evaluates from now on
         fn = ra.policy("least_loaded")(noop)
         ray.get([fn.remote() for _ in range(200)])  # warm

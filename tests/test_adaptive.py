@@ -42,8 +42,8 @@ def grid_table(ray_cluster):
     ``start()`` without ``table=`` does -- and handed to the tests' runtimes as ``table=``."""
     rt = ra.start("drf_lb", plan="adaptive", rate=20, profile=SLOW_MESSAGES, fractions=GRID)
     try:
-        wait_for(lambda: rt.adaptation.controller is not None, timeout=60, message="the estimate table")
-        return rt.adaptation.table
+        wait_for(lambda: rt.control_loop.controller is not None, timeout=60, message="the estimate table")
+        return rt.control_loop.table
     finally:
         ra.shutdown()
 
@@ -53,7 +53,7 @@ def adaptive(grid_table):
     def start(**settings):
         rt = ra.start("drf_lb", plan="adaptive", initial=grid_table.at(20)[1], profile=SLOW_MESSAGES,
                       table=grid_table, **settings)
-        assert rt.adaptation.table is grid_table and rt.adaptation.controller is not None
+        assert rt.control_loop.table is grid_table and rt.control_loop.controller is not None
         return rt
 
     yield start
@@ -78,7 +78,7 @@ def test_a_table_for_another_policy_or_cluster_is_refused(grid_table):
 
 def test_the_plan_in_force_follows_the_compilers_choice_for_the_measured_rate(adaptive):
     rt = adaptive(every_s=0.5, window_s=2.0, consecutive=2, dwell_s=2.0)
-    table = rt.adaptation.table
+    table = rt.control_loop.table
     low, high = table.at(20)[1], table.at(120)[1]
     assert low.startswith("centralized") and high.startswith("decentralized"), (low, high)  # (the test's premise)
     fn = ra.policy("drf_lb")(work).options(task={"tenant": "a", "resource_vec": VEC})
@@ -116,5 +116,5 @@ def test_a_rate_oscillating_around_a_boundary_does_not_flap(adaptive):
 
 def test_tables_refreshed_after_a_given_one_keep_its_grid(adaptive, grid_table):
     rt = adaptive()
-    refreshed = rt.adaptation._table_for(None)  # (what a refresh computes, here on the default workload)
+    refreshed = rt.control_loop._table_for(None)  # (what a refresh computes, here on the default workload)
     assert refreshed.rates == pytest.approx(grid_table.rates)

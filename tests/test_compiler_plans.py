@@ -9,7 +9,7 @@ from ray_adaptive.compiler import (PlanSpace, Profile, analyze, choose, compile_
                                    estimate_cost, lower)
 from ray_adaptive.compiler import estimates
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism
-from ray_adaptive.compiler.plans import Plan
+from ray_adaptive.compiler.enumeration import Plan
 from ray_adaptive.dsl import load_policy, parse_policy, shipped_policies
 from ray_adaptive.plan import LoadView, Sync
 from ray_adaptive.workload.scenario import scenario_from_dict

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from ray_adaptive.adapt import Controller, EstimateTable, Measurement, PlanEstimate, Settings
-from ray_adaptive.adaptation import measure
+from ray_adaptive.control import Controller, EstimateTable, Measurement, PlanEstimate, Settings
+from ray_adaptive.control_loop import measure
 from ray_adaptive.plan import Plan
 
 C, D, H = "centralized", "decentralized", "hybrid"

@@ -8,7 +8,7 @@ import pytest
 
 from ray_adaptive.compiler import PlanSpace, Profile, analyze, choose, compile_policy, enumerate_plans, lower
 from ray_adaptive.compiler.estimates import Estimate
-from ray_adaptive.compiler.plans import Plan
+from ray_adaptive.compiler.enumeration import Plan
 from ray_adaptive.compiler.window import window_size
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.plan import LoadView, Sync

@@ -52,7 +52,7 @@ _RUN = textwrap.dedent('''
                       profile=Profile(message_s=6e-3), fractions=(0.05, 0.2), every_s=0.5, window_s=1.0,
                       dwell_s=3600)
         deadline = time.monotonic() + 120
-        while rt.adaptation.controller is None and time.monotonic() < deadline:
+        while rt.control_loop.controller is None and time.monotonic() < deadline:
             time.sleep(0.1)
         fn = ra.policy("drf_lb")(work)
         refs = [fn.options(task={"tenant": "ab"[i % 2], "resource_vec": [0.1, 0.2, 0.1]}).remote(i)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ray_adaptive.adapt import Controller, EstimateTable, PlanEstimate, Settings
+from ray_adaptive.control import Controller, EstimateTable, PlanEstimate, Settings
 from ray_adaptive.cli import main
 from ray_adaptive.compiler import Profile, lower
 from ray_adaptive.dsl.interp import Interpreter

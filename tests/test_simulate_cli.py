@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from ray_adaptive.cli import main
 from ray_adaptive.dsl import shipped_policies
 from ray_adaptive.workload.generate import Tenant, tenant_workload
-from ray_adaptive.workload.spec import parse_tenants, workload_spec_from_dict
+from ray_adaptive.workload.tenants import parse_tenants, workload_spec_from_dict
 from ray_adaptive.workload.trace import specs_from_dicts, write_trace
 from ray_adaptive.errors import ScenarioError
 

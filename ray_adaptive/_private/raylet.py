@@ -207,7 +207,8 @@ class RayletClient:
     def alive_nodes(self, refresh: bool = False) -> Dict[str, NodeInfo]:
         return {k: v for k, v in self.nodes(refresh).items() if v.alive}
 
-    def _node(self, node_id: str) -> NodeInfo:
+    def alive_node(self, node_id: str) -> NodeInfo:
+        """The node `node_id`, refreshed once if unknown or dead; ``ResourceError`` if it is not alive."""
         info = self.nodes().get(node_id)
         if info is None or not info.alive:
             info = self.nodes(refresh=True).get(node_id)
@@ -223,7 +224,7 @@ class RayletClient:
         return info
 
     def _stub(self, node_id: str):
-        info = self._node(node_id)
+        info = self.alive_node(node_id)
         with self._lock:
             stub = self._stubs.get(node_id)
             if stub is None:

@@ -4,7 +4,7 @@ One module per stage, each a set of pure functions over plain dataclasses:
 
 1. :mod:`~ray_adaptive.compiler.units`, :mod:`~ray_adaptive.compiler.separability`
    -- units, their sides, State merge rules; whether Score splits (:func:`analyze` runs both);
-2. :mod:`~ray_adaptive.compiler.plans`     -- the plans the IR allows (and why others are not);
+2. :mod:`~ray_adaptive.compiler.enumeration`     -- the plans the IR allows (and why others are not);
 3. :mod:`~ray_adaptive.compiler.costs`, :mod:`~ray_adaptive.compiler.estimates` -- the latency
    model (inputs in :mod:`~ray_adaptive.compiler.profile`), throughput, and the competitive
    ratio from replaying a window under each plan's :mod:`~ray_adaptive.compiler.lowering`;
@@ -28,11 +28,11 @@ from ray_adaptive.compiler.costs import Step
 from ray_adaptive.compiler.estimates import Estimate, estimate_cost, estimate_quality
 from ray_adaptive.compiler.lowering import lower
 from ray_adaptive.compiler.pipeline import Compilation, compile_policy, workload_window
-from ray_adaptive.compiler.plans import Excluded, Plan, PlanSpace, enumerate_plans
+from ray_adaptive.compiler.enumeration import Excluded, Plan, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.select import select_plan
 from ray_adaptive.compiler.separability import Separability, score_split
-from ray_adaptive.compiler.table import estimate_table
+from ray_adaptive.compiler.grid import estimate_table
 from ray_adaptive.compiler.units import Access, StateUpdate, StateVar, Unit
 
 __all__ = [

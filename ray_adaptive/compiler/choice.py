@@ -19,7 +19,7 @@
 
 Example:
     >>> from ray_adaptive.compiler.estimates import SKIPPED, Estimate
-    >>> from ray_adaptive.compiler.plans import Plan
+    >>> from ray_adaptive.compiler.enumeration import Plan
     >>> from ray_adaptive.plan import LoadView, Sync
     >>> def est(arch, lat, tp, cr, ci=None):
     ...     plan = Plan(arch, arch, LoadView(), Sync(), 0, ())
@@ -169,7 +169,7 @@ def undecided(estimates: Sequence[Estimate], rate: Optional[float], limit: Optio
     (Estimates with a ratio, or that cannot run, are known.)
 
     Example:
-        >>> from ray_adaptive.compiler.plans import Plan
+        >>> from ray_adaptive.compiler.enumeration import Plan
         >>> from ray_adaptive.plan import LoadView, Sync
         >>> def est(name, arch, lat, tp, ci=None):
         ...     plan = Plan(name, arch, LoadView(), Sync(), 0, ())

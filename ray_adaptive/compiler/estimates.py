@@ -42,7 +42,7 @@ from typing import Callable, Optional, Sequence
 from ray_adaptive.compiler.costs import Step, role_costs
 from ray_adaptive.compiler.lowering import lower
 from ray_adaptive.compiler.parallel import run_jobs
-from ray_adaptive.compiler.plans import PlanSpace, enumerate_plans
+from ray_adaptive.compiler.enumeration import PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile
 from ray_adaptive.compiler.analysis import Analysis
 from ray_adaptive.compiler.window import WindowSize, plan_periods

@@ -4,7 +4,7 @@
 of the previous one's output (plus the workload and the profile):
 
 1. :func:`~ray_adaptive.compiler.units.analyze` -- units, State, separability;
-2. :func:`~ray_adaptive.compiler.plans.enumerate_plans` -- the plan space;
+2. :func:`~ray_adaptive.compiler.enumeration.enumerate_plans` -- the plan space;
 3. :func:`~ray_adaptive.compiler.estimates.estimate_cost` and
    :func:`~ray_adaptive.compiler.estimates.estimate_quality` -- latency,
    throughput, competitive ratio;
@@ -35,7 +35,7 @@ import numpy as np
 
 from ray_adaptive.compiler.choice import Choice, choose, undecided
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
-from ray_adaptive.compiler.plans import Excluded, PlanSpace, enumerate_plans
+from ray_adaptive.compiler.enumeration import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.analysis import Analysis, analyze
 from ray_adaptive.compiler.window import WindowSize, arrival_dispersion, plan_periods, window_size

@@ -29,7 +29,7 @@ import os
 from typing import Mapping, Optional, Tuple
 
 from ray_adaptive.compiler.analysis import analyze
-from ray_adaptive.compiler.plans import enumerate_plans
+from ray_adaptive.compiler.enumeration import enumerate_plans
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.files import read_text
 from ray_adaptive.plan import Architecture, Plan, SyncKind

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ray_adaptive._private.actors import actor_key, call_in_actor
 from ray_adaptive.experiments.on_ray import (PLANS, POLICY, TASK_VEC, RayExperiment, cluster_shape, estimate_trace,
                                              phase_arrivals, service_time, tenant_drivers)
 from ray_adaptive.experiments.reproduce import ADAPTIVE_PHASES
@@ -74,7 +75,7 @@ def controller_settings(phase_s: float) -> dict:
 
 
 def _cpu_of(_actor) -> float:
-    """(Run in an actor by ``__ray_call__``.) Its process's CPU seconds so far."""
+    """(Run in an actor by :func:`~ray_adaptive._private.actors.call_in_actor`.) Its process's CPU seconds so far."""
     return time.process_time()
 
 
@@ -116,8 +117,8 @@ class _DriverTap:
         import ray
 
         topo = self.rt.topology
-        actors = {a._actor_id.hex(): a for a in topo.actors()}
-        refs = {k: a.__ray_call__.remote(_cpu_of) for k, a in actors.items()}
+        actors = {actor_key(a): a for a in topo.actors()}
+        refs = {k: call_in_actor(a, _cpu_of) for k, a in actors.items()}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=2.0)  # (a busy one: next tick)
         by_ref = {r: k for k, r in refs.items()}
         cpu = {}
@@ -128,7 +129,7 @@ class _DriverTap:
                 pass
         lat: List[float] = []
         if topo.selector is not None:
-            key = topo.selector._actor_id.hex()
+            key = actor_key(topo.selector)
             try:
                 values = ray.get(topo.selector.decision_latencies.remote(), timeout=2.0)
                 lat, self._seen[key] = values[self._seen.get(key, 0):], len(values)
@@ -165,10 +166,10 @@ def _run(plan: str, arrivals: Dict[str, List[float]], exp: RayExperiment, nodes:
     try:
         if adaptive is not None:  # its estimate table first: a compile beside the load would skew phase 1
             deadline = time.monotonic() + 300
-            while rt.adaptation.controller is None and rt.adaptation.failed is None and time.monotonic() < deadline:
+            while rt.control_loop.controller is None and rt.control_loop.failed is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if rt.adaptation.controller is None:
-                raise RuntimeError(f"the adaptive controller did not start: {rt.adaptation.failed!r}")
+            if rt.control_loop.controller is None:
+                raise RuntimeError(f"the adaptive controller did not start: {rt.control_loop.failed!r}")
         with tenant_drivers(list(arrivals), nodes) as subs:
             service_s = service_time(subs, executors, exp)
             if adaptive is not None:  # the calibration's bursts leave the controller's window first
@@ -308,7 +309,7 @@ def switches_called_for(table, settings: dict, rates: Sequence[float]) -> list:
     """The switches the controller makes on the estimates alone, the offered rate measured exactly:
     ``(phase, to, reason)`` for each phase that leaves the plan in force (from the first phase's choice).
     A different choice is not enough: one better by less than the controller's margin is no reason."""
-    from ray_adaptive.adapt import Controller, Measurement, Settings
+    from ray_adaptive.control import Controller, Measurement, Settings
 
     s = Settings(**{k: v for k, v in settings.items() if k in Settings.__dataclass_fields__})
     controller, out, t = Controller(table, s, table.at(rates[0])[1]), [], 0.0

@@ -28,6 +28,7 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
+from ray_adaptive._private.actors import wait_ready
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 from ray_adaptive.workload.generate import paper_tenants
 
@@ -192,7 +193,7 @@ def tenant_drivers(tenants: Sequence[str], nodes: int, vec: list = TASK_VEC):
     Submitter = _submitter_cls()
     subs = {t: Submitter.remote() for t in tenants}
     try:
-        ray.get([s.__ray_ready__.remote() for s in subs.values()])
+        wait_ready(subs.values())
         ray.get([s.warm.remote(t, 2 * nodes, vec) for t, s in subs.items()])
         yield subs
     finally:

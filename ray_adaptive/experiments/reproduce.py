@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ray_adaptive.adapt import Settings
+from ray_adaptive.control import Settings
 from ray_adaptive.compiler import Profile, analyze
 from ray_adaptive.compiler.pipeline import measured_profile, workload_window
 from ray_adaptive.dsl import load_policy

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from ray_adaptive.adapt import Controller, EstimateTable, Settings
+from ray_adaptive.control import Controller, EstimateTable, Settings
 from ray_adaptive.compiler import Profile, compile_policy, estimate_table, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
 from ray_adaptive.dsl import load_policy
@@ -48,7 +48,7 @@ from ray_adaptive.sim.plan_sim import PlanSim, periodic_overload
 from ray_adaptive.sim.timeline import Epoch, run_epochs
 from ray_adaptive.workload.rates import RateProfile, parse_profile
 from ray_adaptive.workload.scenario import load_scenario
-from ray_adaptive.workload.spec import WorkloadSpec, load_workload_spec, parse_tenants
+from ray_adaptive.workload.tenants import WorkloadSpec, load_workload_spec, parse_tenants
 
 __all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
            "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "adaptive_run", "format_switches"]

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Union
 
+from ray_adaptive._private.actors import wait_ready
 from ray_adaptive.plan import LoweredPlan, Role, RoleSpec, lease_spec, role_specs
 from ray_adaptive.runtime.local import LocalDecider
 from ray_adaptive.runtime.placement import Placement
@@ -158,7 +159,7 @@ class Topology:
             ).remote(specs[Role.SELECTOR], list(nodes),
                      [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
                      lease=lease_spec(plan, self.overflow) is not None, awaiting_state=g > 0, records=self.records)
-        ray.get([a.__ray_ready__.remote() for a in (self.selector, *self.placements) if a is not None])
+        wait_ready(a for a in (self.selector, *self.placements) if a is not None)
 
     def retire(self) -> None:
         """Kill this generation's selector and placement actors (a switch replaced them; the store stays)."""
@@ -203,7 +204,7 @@ def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], drive
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
         max_restarts=-1, scheduling_strategy=_near(driver_node)).remote(topo.config(), initial, merge)
     topo.store = store
-    ray.get(store.__ray_ready__.remote())
+    wait_ready([store])
     topo.start_actors()
     return topo
 

@@ -1,4 +1,4 @@
-"""The adaptive controller in the simulator: the runtime's :class:`~ray_adaptive.adapt.Controller`, fed
+"""The adaptive controller in the simulator: the runtime's :class:`~ray_adaptive.control.Controller`, fed
 with the simulated workload, switching the simulated plan live.
 
 :class:`AdaptiveRun` plugs into :func:`~ray_adaptive.sim.timeline.run_epochs`
@@ -6,9 +6,9 @@ as its ``on_epoch``: at the end of an epoch, once ``every_s`` has passed since
 the last evaluation, it measures the last ``window_s`` of the run
 (:func:`measure_window`: the arrival rate and burstiness of the simulated
 arrivals, the mean duration of the tasks that ran), hands the
-:class:`~ray_adaptive.adapt.Measurement` to the controller -- the very one
+:class:`~ray_adaptive.control.Measurement` to the controller -- the very one
 the runtime uses, looking its estimates up in an
-:class:`~ray_adaptive.adapt.EstimateTable` the compiler computed for the
+:class:`~ray_adaptive.control.EstimateTable` the compiler computed for the
 simulated cluster -- and, on a switch verdict, switches the simulation to
 that plan (:meth:`~ray_adaptive.sim.plan_sim.PlanSim.switch`), charging the
 switch a pause in which no scheduler works and the controller does not
@@ -35,7 +35,7 @@ from typing import List, Mapping, Optional
 
 import numpy as np
 
-from ray_adaptive.adapt import Controller, Measurement, Verdict
+from ray_adaptive.control import Controller, Measurement, Verdict
 from ray_adaptive.plan import LoweredPlan
 
 __all__ = ["SWITCH_PAUSE_S", "Switch", "AdaptiveRun", "measure_window"]

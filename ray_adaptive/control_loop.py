@@ -1,7 +1,7 @@
 """The adaptive runtime: ``ra.start(policy, plan="adaptive")`` keeps the plan fit for the measured load.
 
 In the process that started the runtime, a thread evaluates the
-:class:`~ray_adaptive.adapt.Controller` every ``every_s`` on the cluster's
+:class:`~ray_adaptive.control.Controller` every ``every_s`` on the cluster's
 load -- every submitting process reports its monitor's counters to the
 state store each second; two snapshots ``window_s`` apart give the rate,
 burstiness and task durations summed over processes -- and switches the
@@ -24,9 +24,9 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
-from ray_adaptive.adapt import Controller, EstimateTable, Measurement, Settings, Verdict
+from ray_adaptive.control import Controller, EstimateTable, Measurement, Settings, Verdict
 
-__all__ = ["Adaptation", "measure"]
+__all__ = ["ControlLoop", "measure"]
 
 log = logging.getLogger("ray_adaptive")
 
@@ -65,7 +65,7 @@ def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dic
                        duration_s=duration / finished if finished >= 1 else None)
 
 
-class Adaptation:
+class ControlLoop:
     """The loop of an adaptive runtime (see the module doc); stopped by the runtime's shutdown."""
 
     def __init__(self, rt, settings: Settings, table_for: Callable[[Optional[list]], EstimateTable],

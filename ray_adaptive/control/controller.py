@@ -4,7 +4,7 @@ One implementation for the runtime (which measures the workload with its
 monitor) and the simulator (which measures its simulated workload): both
 call :meth:`Controller.evaluate` every ``every_s`` with a
 :class:`Measurement` of the last ``window_s``; a lookup in the
-:class:`~ray_adaptive.adapt.table.EstimateTable` gives every plan's
+:class:`~ray_adaptive.control.table.EstimateTable` gives every plan's
 estimates at that load and the compiler's choice there (the *candidate*).
 
 The rules (each setting of :class:`Settings`):
@@ -27,7 +27,7 @@ The rules (each setting of :class:`Settings`):
 
 Example:
     >>> from ray_adaptive.plan import Plan
-    >>> from ray_adaptive.adapt.table import EstimateTable, PlanEstimate
+    >>> from ray_adaptive.control.table import EstimateTable, PlanEstimate
     >>> c, h = Plan("centralized", "centralized"), Plan("hybrid", "hybrid")
     >>> est = {"centralized": PlanEstimate(400, 1.0, 1.0, 2e-3), "hybrid": PlanEstimate(470, 1.0, 1.05, 3e-3)}
     >>> table = EstimateTable("p", 1.2, 12, 510.0, (100.0, 450.0), (1.0,), (c, h),
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ray_adaptive.adapt.table import EstimateTable, PlanEstimate
+from ray_adaptive.control.table import EstimateTable, PlanEstimate
 
 __all__ = ["Settings", "Measurement", "Verdict", "Controller"]
 

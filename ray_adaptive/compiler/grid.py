@@ -1,4 +1,4 @@
-"""The compiler's estimates over a grid of loads, for the adaptive controller (:mod:`ray_adaptive.adapt`).
+"""The compiler's estimates over a grid of loads, for the adaptive controller (:mod:`ray_adaptive.control`).
 
 Each grid point is one :func:`~ray_adaptive.compiler.pipeline.compile_policy`
 at that offered rate (every plan estimated, the choice made), on the
@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ray_adaptive.adapt.table import EstimateTable, PlanEstimate
+from ray_adaptive.control.table import EstimateTable, PlanEstimate
 from ray_adaptive.compiler.pipeline import compile_policy
 from ray_adaptive.compiler.profile import Profile
 from ray_adaptive.dsl.ir import Policy
