@@ -8,6 +8,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from esl import _base
 from ray_adaptive import resources as _res
 from ray_adaptive.errors import ResourceError
+from ray_adaptive.resources import checks, primitives
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
@@ -77,7 +78,7 @@ class Gang:
             if not demand:
                 raise ValueError(f"bundles[{i}] asks for nothing: {bundle!r}")
             for key in demand:
-                if key != "CPU" and _res.is_reserved_name(key):
+                if key != "CPU" and checks.is_reserved_name(key):
                     raise ValueError(
                         f"bundles[{i}] asks for {key!r}; a gang can reserve CPU and custom "
                         "resources only"
@@ -95,7 +96,7 @@ class Gang:
             # the gang resources' names and amounts as set_resource checks them (a 10,000-character name,
             # CPU: 1e300, 1e-9 below Ray's granularity): here, before any cluster is asked anything
             try:
-                _res.check_capacities(self.resources(i))
+                checks.check_capacities(self.resources(i))
             except ValueError as err:
                 raise ValueError(f"bundles[{i}] = {self._bundles[i]!r}: {err}") from None
         self._placement: Optional[List[str]] = None
@@ -240,7 +241,7 @@ class Gang:
         if self._aa is not None:
             for node in take:
                 take[node][self._aa._token_name] = 1.0
-        with _res.cluster_lock("convert") as lock:
+        with primitives.cluster_lock("convert") as lock:
             state = _res.get_cluster_state(list(take))
             if set(state) != set(take):
                 return False
@@ -249,7 +250,7 @@ class Gang:
                 read[node] = {r: state[node].get(r, {}).get("total", 0.0) for r in t}
                 request[node] = {r: read[node][r] - v for r, v in t.items()}
                 request[node].update(names[node])
-            replies = _res.compare_and_resize(read, request, convert_from=_sources(take), lock=lock)
+            replies = primitives.compare_and_resize(read, request, convert_from=_sources(take), lock=lock)
             if replies is None:  # another process changed a total meanwhile: plan again from fresh state
                 return False
             short = False
@@ -267,7 +268,7 @@ class Gang:
                         back[r] = before  # after == before - actually taken
                     back.update({name: 0 for name in names[node]})
                     rollback[node] = back
-                _res.resize_many(rollback, convert_from=_sources(take))
+                primitives.resize_many(rollback, convert_from=_sources(take))
                 return False
         self._taken = take
         self._names = names
@@ -301,7 +302,7 @@ class Gang:
         unfinished = _hand_back_many(jobs)
         for node in unfinished:
             t, r, l, o = jobs[node]
-            _res.retry_until_done(lambda n=node, t=t, r=r, l=l, o=o: not _hand_back_many({n: (t, r, l, o)}))
+            primitives.retry_until_done(lambda n=node, t=t, r=r, l=l, o=o: not _hand_back_many({n: (t, r, l, o)}))
 
     def _abort(self) -> None:
         import ray
@@ -346,8 +347,8 @@ def _hand_back_many(jobs) -> List[str]:
     jobs = {n: j for n, j in jobs.items() if n in alive}  # dead node: nothing to give back
     if not jobs:
         return []
-    with _res.cluster_lock("convert") as lock:
-        replies = _res.resize_many({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
+    with primitives.cluster_lock("convert") as lock:
+        replies = primitives.resize_many({n: {name: 0 for name in j[2]} for n, j in jobs.items()})
         gives, read, dues = {}, {}, {}
         unfinished = []
         for node, (taken, returned, left, resource_of) in jobs.items():
@@ -365,7 +366,7 @@ def _hand_back_many(jobs) -> List[str]:
             if still:
                 unfinished.append(node)
         if gives:
-            if _res.compare_and_resize(read, gives, convert_from=_sources(gives), lock=lock) is None:
+            if primitives.compare_and_resize(read, gives, convert_from=_sources(gives), lock=lock) is None:
                 # another process changed a total since the read: give the units back on the next call
                 return sorted(set(unfinished) | set(gives))
             for node, d in dues.items():

@@ -14,6 +14,7 @@ import pytest
 import esl
 from ray_adaptive import resources
 from ray_adaptive.errors import ResourceError
+from ray_adaptive.resources import _session
 
 BAD_NAMES = ["a\x00b", "a\nb", "a\rb", "esc\x1b[31m", "rtl\u202eevil", "line\u2028sep", "x" * 10_000, " lead", ""]
 BAD_CAPACITIES = [1e300, 1e-9, float("nan"), float("inf"), -1]
@@ -21,11 +22,11 @@ BAD_CAPACITIES = [1e300, 1e-9, float("nan"), float("inf"), -1]
 
 @pytest.fixture(autouse=True)
 def no_cluster(monkeypatch):
-    """Any call that reaches for the cluster fails the test."""
+    """Any call that reaches for the cluster fails the test (every path connects through _session.current)."""
     def touched():
         raise AssertionError("validation let bad input reach the cluster connection")
 
-    monkeypatch.setattr(resources, "_current", touched)
+    monkeypatch.setattr(_session, "current", touched)
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
