@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import ray
@@ -332,6 +334,49 @@ def test_public_api_is_listed():
     assert sorted(esl.__all__) == sorted(
         name for name in dir(esl) if not name.startswith("_") and name[0].isupper() or name == "combine"
     )
+
+
+# -- what esl stands on -------------------------------------------------------------
+
+
+def _private_reaches(source: str) -> list:
+    """Lines where ``source`` reaches a private name of ray_adaptive: a ``_name`` imported from it or
+    read as an attribute of what was imported from it (``_res._current``). Private modules are fenced
+    by import-linter; private attributes are not, hence this walk."""
+    tree = ast.parse(source)
+    imported, out = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = getattr(node, "module", None) or ""
+            for alias in node.names:
+                path = f"{module}.{alias.name}" if module else alias.name
+                if path.split(".")[0] == "ray_adaptive":
+                    imported.add(alias.asname or alias.name.split(".")[0])
+                    if any(p.startswith("_") for p in path.split(".")[1:]):
+                        out.append(node.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in imported:
+                out.append(node.lineno)
+    return sorted(out)
+
+
+def test_esl_uses_only_public_names_of_ray_adaptive():
+    root = Path(esl.__file__).parent
+    reaches = {p.name: _private_reaches(p.read_text()) for p in sorted(root.glob("*.py"))}
+    assert not {k: v for k, v in reaches.items() if v}, (
+        "esl reaches private names of ray_adaptive (give them a public name in ray_adaptive.resources): "
+        f"{reaches}")
+
+
+def test_the_walk_sees_private_reaches():
+    bad = ("from ray_adaptive import resources as _res\nfrom ray_adaptive.resources import _session\n"
+           "import ray_adaptive._private.raylet\n_res._current()\n_res.primitives._x\n"
+           "from ray_adaptive.resources import primitives\nprimitives.resize_many({})\n_res.__doc__\n")
+    assert _private_reaches(bad) == [2, 3, 4, 5]
 
 
 def test_zz_no_leaks(ray_cluster):

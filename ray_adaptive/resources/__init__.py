@@ -60,26 +60,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Union
 
 from ray_adaptive._private import raylet
 from ray_adaptive.errors import ResourceError
-from ray_adaptive.resources import _session
+from ray_adaptive.resources import _session, checks, primitives
 from ray_adaptive.resources.checks import RESERVED_NAMES, check_capacities, is_reserved_name
 from ray_adaptive.resources.primitives import compare_and_resize, cluster_lock, resize_many, retry_until_done
 
+# The user API defined here, then the checks' and the primitives' (one import path for all of them).
 __all__ = [
-    "set_resource",
-    "set_resources",
-    "get_cluster_state",
-    "created_resources",
-    "pending_resizes",
-    "wait_for_pending",
-    "ResourceScope",
-    "cleanup",
-    "is_reserved_name",
-    "RESERVED_NAMES",
-    "resize_many",
-    "check_capacities",
-    "cluster_lock",
-    "compare_and_resize",
-    "retry_until_done",
+    "set_resource", "set_resources", "get_cluster_state", "created_resources",
+    "pending_resizes", "wait_for_pending", "ResourceScope", "cleanup",
+    *checks.__all__,
+    *primitives.__all__,
 ]
 
 NodeSpec = Union[None, str, Mapping[str, float], Iterable[str]]
