@@ -61,8 +61,11 @@ from typing import Dict, Iterable, List, Mapping, Optional, Set, Union
 from ray_adaptive._private import raylet
 from ray_adaptive.errors import ResourceError
 from ray_adaptive.resources import _session, checks, primitives
-from ray_adaptive.resources.checks import RESERVED_NAMES, check_capacities, is_reserved_name
-from ray_adaptive.resources.primitives import compare_and_resize, cluster_lock, resize_many, retry_until_done
+# re-exported (see __all__), so `ray_adaptive.resources.<name>` is the one path users need
+from ray_adaptive.resources.checks import RESERVED_NAMES, check_capacities, is_reserved_name  # noqa: F401
+from ray_adaptive.resources.primitives import (  # noqa: F401
+    cluster_lock, compare_and_resize, resize_many, retry_until_done,
+)
 
 # The user API defined here, then the checks' and the primitives' (one import path for all of them).
 __all__ = [
