@@ -1,4 +1,5 @@
-"""Fails loudly when Ray moves the private APIs ray_adaptive/_private/raylet.py uses.
+"""Fails loudly when Ray moves the private APIs ray_adaptive/_private/raylet.py uses, on any Ray of
+the supported range (release_tests/ray_range.py runs it on the oldest).
 
 The first tests need no cluster (imports and protobuf descriptors only); the
 last ones call the two RPCs on the shared cluster and check the semantics the
@@ -8,6 +9,7 @@ library builds on (create, resize, clamp to in-use, delete, GPU refused).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,20 +17,65 @@ import sys
 import pytest
 import ray
 
-from ray_adaptive._private import raylet
+from ray_adaptive._private import ray_versions, raylet, submit
 from ray_adaptive.errors import ResourceError
 from tests.conftest import wait_for
 
 
-def test_ray_version_is_the_one_we_target():
-    assert ray.__version__.startswith("2.60"), (
-        f"ray-adaptive's private raylet client was written against Ray 2.60; this is "
-        f"Ray {ray.__version__}: run tests/test_raylet_rpc.py and port "
-        "ray_adaptive/_private/raylet.py if it fails"
-    )
+def _pyproject_ray_range():
+    """The version specifier of pyproject.toml's ``ray[default]`` dependency."""
+    import pathlib
+    import re
+
+    from packaging.requirements import Requirement
+
+    pyproject = (pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    return Requirement(re.search(r'"(ray\[default\][^"]*)"', pyproject).group(1)).specifier
 
 
-@pytest.mark.parametrize("module, attr", raylet._REQUIRED, ids=lambda v: str(v))
+def test_ray_version_is_in_the_supported_range():
+    """The installed Ray is one pyproject.toml allows, and that range is the one the private pieces
+    know (ray_versions: the oldest with the resize RPC, the newest they were run against)."""
+    spec = _pyproject_ray_range()
+    assert spec.contains(ray.__version__), (
+        f"Ray {ray.__version__} is outside ray-adaptive's supported range {spec}: run tests/test_raylet_rpc.py, "
+        "tests/test_submit.py and tests/test_private_ray.py on it and port ray_adaptive/_private if they fail "
+        "(docs/ray-versions.md)")
+    assert ray_versions.supported()
+    major, minor, patch = ray_versions.OLDEST_SUPPORTED
+    just_below = f"{major}.{minor}.{patch - 1}" if patch else f"{major}.{minor - 1}.999"
+    assert spec.contains(f"{major}.{minor}.{patch}") and not spec.contains(just_below), spec
+    major, minor, patch = ray_versions.NEWEST_SUPPORTED
+    assert spec.contains(f"{major}.{minor}.{patch}") and not spec.contains(f"{major}.{minor + 1}.0"), spec
+
+
+def test_the_verified_submission_releases_lie_in_the_range():
+    """A release the derived submission is verified on but pyproject.toml excludes is a list out of date."""
+    spec = _pyproject_ray_range()
+    assert {v for v in submit.VERIFIED_RAY_VERSIONS if not spec.contains(v)} == set()
+
+
+def test_an_older_ray_is_refused_naming_the_rpc(monkeypatch):
+    """On a Ray older than the resize RPC the error says which release is needed and why."""
+    monkeypatch.setattr(ray_versions, "installed", lambda: (2, 49, 2))
+    with pytest.raises(ResourceError, match=r"older than 2\.50\.0.*ResizeLocalResourceInstances"):
+        raylet.check_ray_compat()
+
+
+def test_the_channel_factory_is_the_one_of_this_release():
+    """Ray's gRPC channel factory moved to ray._private.grpc_utils with token auth (2.52); before, it is
+    ray._private.utils' and Ray has no token auth (nothing to miss)."""
+    module, name = raylet.channel_factory_location()
+    if ray_versions.at_least(2, 52):
+        assert module == "ray._private.grpc_utils"
+        importlib.import_module("ray._private.authentication.grpc_authentication_client_interceptor")
+    else:
+        assert module == "ray._private.utils"
+        assert importlib.util.find_spec("ray._private.authentication") is None
+    assert callable(raylet.channel_factory()) and raylet.channel_factory().__name__ == name
+
+
+@pytest.mark.parametrize("module, attr", raylet.required_symbols(), ids=lambda v: str(v))
 def test_private_symbol_exists(module, attr):
     try:
         mod = importlib.import_module(module)

@@ -1,7 +1,7 @@
 """Private Ray APIs of the raylet and the GCS (those of task submission: submit.py).
 
-Ray 2.60 removed ``ray.experimental.set_resource`` but its raylet still serves
-two node-manager RPCs that are enough to rebuild it:
+Ray removed ``ray.experimental.set_resource``, but its raylet serves two
+node-manager RPCs (since Ray 2.50) that are enough to rebuild it:
 
 * ``NodeManagerService.ResizeLocalResourceInstances(map<string, double>)``
   sets the *total* of each named resource on that raylet (creating it if new,
@@ -13,10 +13,11 @@ two node-manager RPCs that are enough to rebuild it:
   its totals and availability (``ResourcesData``), straight from the raylet.
 
 Everything private lives here: the generated stubs
-(``ray.core.generated.node_manager_pb2*``), the cluster auth-token interceptor
-(``ray._private.authentication...SyncAuthenticationMetadataClientInterceptor``)
-and the node table. ``tests/test_raylet_rpc.py`` checks each of them against
-the installed Ray and fails naming what moved (``check_ray_compat``).
+(``ray.core.generated.node_manager_pb2*``), Ray's own gRPC channel factory
+(TLS and keepalive as Ray's clients use them, and the cluster auth-token
+interceptor on the Rays that have token auth: :func:`channel_factory`) and the
+node table. ``tests/test_raylet_rpc.py`` checks each of them against the
+installed Ray and fails naming what moved (``check_ray_compat``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ray_adaptive._private import ray_versions
 from ray_adaptive.errors import ResourceError
 
 __all__ = [
@@ -38,19 +40,25 @@ __all__ = [
     "list_nodes",
 ]
 
-# What we rely on, in one place: (module, attribute) pairs checked by
-# `check_ray_compat` and by tests/test_raylet_rpc.py.
+# What we rely on, in one place: (module, attribute) pairs checked by `check_ray_compat` and by
+# tests/test_raylet_rpc.py (with the channel factory of the installed Ray: `required_symbols`).
 _REQUIRED = (
     ("ray.core.generated.node_manager_pb2", "ResizeLocalResourceInstancesRequest"),
     ("ray.core.generated.node_manager_pb2", "ResizeLocalResourceInstancesReply"),
     ("ray.core.generated.node_manager_pb2", "GetResourceLoadRequest"),
     ("ray.core.generated.node_manager_pb2", "GetResourceLoadReply"),
     ("ray.core.generated.node_manager_pb2_grpc", "NodeManagerServiceStub"),
-    ("ray._private.grpc_utils", "init_grpc_channel"),  # TLS and auth as Ray's own clients use them
     ("ray.experimental.internal_kv", "_internal_kv_put"),
     ("ray.experimental.internal_kv", "_internal_kv_get"),
     ("ray.experimental.internal_kv", "_internal_kv_del"),
 )
+# Ray's gRPC client channel factory, `init_grpc_channel(address, options)`. Ray 2.52 added cluster
+# token auth and moved the factory to ray._private.grpc_utils, where it adds the auth-token
+# interceptor when the cluster's token auth is on; before 2.52 it is in ray._private.utils and does
+# TLS and keepalive only -- all a raylet of those releases asks of a client.
+_TOKEN_AUTH_SINCE = (2, 52, 0)
+_CHANNEL_FACTORY_WITH_TOKEN_AUTH = ("ray._private.grpc_utils", "init_grpc_channel")
+_CHANNEL_FACTORY_BEFORE_TOKEN_AUTH = ("ray._private.utils", "init_grpc_channel")
 # Fields of the messages above that we read or write: (message, field, kind).
 _REQUIRED_FIELDS = (
     ("ResizeLocalResourceInstancesRequest", "resources", "map<string,double>"),
@@ -65,6 +73,26 @@ _RPC_TIMEOUT_S = 10.0
 _NODE_TABLE_TTL_S = 1.0
 
 
+def channel_factory_location() -> Tuple[str, str]:
+    """(module, function) of the installed Ray's gRPC client channel factory (see ``_TOKEN_AUTH_SINCE``)."""
+    if ray_versions.at_least(*_TOKEN_AUTH_SINCE):
+        return _CHANNEL_FACTORY_WITH_TOKEN_AUTH
+    return _CHANNEL_FACTORY_BEFORE_TOKEN_AUTH
+
+
+def channel_factory():
+    """The installed Ray's ``init_grpc_channel``: a channel as Ray's own clients open it."""
+    import importlib
+
+    module, name = channel_factory_location()
+    return getattr(importlib.import_module(module), name)
+
+
+def required_symbols() -> Tuple[Tuple[str, str], ...]:
+    """Every (module, attribute) this module uses on the installed Ray."""
+    return (*_REQUIRED, channel_factory_location())
+
+
 def check_ray_compat() -> None:
     """Raise ``ResourceError`` naming the first private Ray API that moved.
 
@@ -73,7 +101,14 @@ def check_ray_compat() -> None:
     """
     import importlib
 
-    for mod_name, attr in _REQUIRED:
+    if ray_versions.installed() < ray_versions.OLDEST_SUPPORTED:
+        oldest = ".".join(map(str, ray_versions.OLDEST_SUPPORTED))
+        raise ResourceError(
+            f"Ray {_ray_version()} is older than {oldest}, the first release whose raylet serves "
+            f"NodeManagerService.ResizeLocalResourceInstances (what set_resource stands on): "
+            f"ray-adaptive needs Ray >= {oldest}"
+        )
+    for mod_name, attr in required_symbols():
         try:
             mod = importlib.import_module(mod_name)
         except ImportError as err:
@@ -100,7 +135,8 @@ def check_ray_compat() -> None:
         if name not in methods:
             raise ResourceError(
                 f"Ray {_ray_version()}'s NodeManagerService has no RPC {name!r} "
-                f"(has: {sorted(methods)}); set_resource cannot work on this Ray"
+                f"(has: {sorted(methods)}); set_resource cannot work on this Ray "
+                f"(ray-adaptive supports Ray {'.'.join(map(str, ray_versions.OLDEST_SUPPORTED))} and newer)"
             )
     for msg_name, field_name, kind in _REQUIRED_FIELDS:
         msg = pb.DESCRIPTOR.message_types_by_name[msg_name]
@@ -141,7 +177,7 @@ def check_ray_compat() -> None:
 def _ray_version() -> str:
     import ray
 
-    return f"ray {ray.__version__}"
+    return ray.__version__
 
 
 @dataclass(frozen=True)
@@ -228,13 +264,12 @@ class RayletClient:
         with self._lock:
             stub = self._stubs.get(node_id)
             if stub is None:
-                from ray._private.grpc_utils import init_grpc_channel
                 from ray.core.generated import node_manager_pb2_grpc
 
                 # Ray's own channel: TLS when the cluster uses it (RAY_USE_TLS and its
                 # certificates, as every Ray process reads them), the auth-token interceptor
                 # when token auth is on -- never the token over plaintext where Ray uses TLS.
-                channel = init_grpc_channel(
+                channel = channel_factory()(
                     f"{info.address}:{info.port}",
                     options=[
                         ("grpc.max_receive_message_length", 64 * 1024 * 1024),

@@ -11,32 +11,59 @@ Python a ``.remote()`` costs the caller. Then it hands them to
 
 :func:`launcher` makes the first call with Ray's own ``.remote()`` (which
 exports the function), then derives the arguments of ``submit_task`` from
-the options once, step by step as Ray 2.60's ``_remote`` does
-(:func:`_submit_arguments`). Later calls flatten their arguments as Ray does
--- checked against the function's signature once per shape of call (how many
-positional arguments, which keywords) -- and make that same call.
+the options once, by parameter name, step by step as ``_remote`` does
+(:func:`_derived_arguments`), and lays them out in the order of
+``submit_task``'s own parameter list (:func:`_submit_layout`). Later calls
+flatten their arguments as Ray does -- checked against the function's
+signature once per shape of call (how many positional arguments, which
+keywords) -- and make that same call.
 
-Only where the call cannot differ from Ray's: a driver (a task's context may
-carry a placement group that captures its children), no Ray client, tracing
-or task-launch hook, one return value, no placement group, and the core
-worker the arguments were derived under (a new ``ray.init`` derives them
-again). Anywhere else the launcher is Ray's ``.remote()`` itself.
-``tests/test_submit.py`` checks the derived call against the call Ray makes,
-on the installed Ray, for several sets of options and arguments.
+The derived call is made only where it cannot differ from Ray's:
 
-(Recording Ray's own call by standing in for ``global_worker.core_worker``
-is not an option: Ray's Cython casts that attribute unchecked while it
-prepares a task's arguments -- an ObjectRef or a large argument -- and any
-thread submitting meanwhile would crash the process.)
+* a Ray release listed in :data:`VERIFIED_RAY_VERSIONS`. ``_remote``'s steps
+  and ``submit_task``'s parameters change between releases, and a change that
+  keeps the parameters' names and count would submit wrong options without an
+  error; a release is listed once ``tests/test_submit.py`` has found the
+  derived call equal to Ray's own on it, argument by argument;
+* ``submit_task``'s parameters, read from its signature under each new core
+  worker, are exactly the ones derived: a parameter added, renamed or removed
+  leaves the launch to Ray;
+* a driver (a task's context may carry a placement group that captures its
+  children), no Ray client, tracing or task-launch hook, one return value, no
+  placement group, and the core worker the arguments were derived under (a
+  new ``ray.init`` derives them again).
+
+Anywhere else the launcher is Ray's ``.remote()`` itself; :func:`fast_path_off`
+says why. ``docs/ray-versions.md`` says how to verify a new Ray release.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["launcher", "fast_path_off"]
+__all__ = ["launcher", "fast_path_off", "VERIFIED_RAY_VERSIONS"]
+
+# The Ray releases on which tests/test_submit.py found the derived submit_task call equal to the call
+# Ray's own .remote() makes (its _remote takes four shapes over these: 2.50-2.51; fallback_strategy
+# from 2.52; no local mode from 2.55; num_objects_per_yield from 2.57). Any other release: .remote().
+VERIFIED_RAY_VERSIONS = frozenset({
+    "2.50.0", "2.50.1",
+    "2.51.0", "2.51.1", "2.51.2",
+    "2.52.0", "2.52.1",
+    "2.53.0",
+    "2.54.0", "2.54.1",
+    "2.55.0", "2.55.1",
+    "2.56.0", "2.56.1",
+    "2.57.0", "2.57.1",
+    "2.58.0", "2.58.1",
+    "2.59.0",
+    "2.60.0",
+})
+
+# submit_task's parameters that change with each call; every other one is derived from the options.
+_PER_CALL = ("args", "debugger_breakpoint")
 
 
 def fast_path_off(remote_function) -> Optional[str]:
@@ -48,6 +75,8 @@ def fast_path_off(remote_function) -> Optional[str]:
     from ray._private.client_mode_hook import client_mode_should_convert
     from ray.util.tracing.tracing_helper import _is_tracing_enabled
 
+    if ray.__version__ not in VERIFIED_RAY_VERSIONS:
+        return f"Ray {ray.__version__} is not a release the derived submission is verified on"
     worker = w.global_worker
     if worker.mode != ray.SCRIPT_MODE:
         return "not a driver (a task's placement group may capture its children)"
@@ -83,10 +112,12 @@ def _function_of(remote_function):
     return fn if isinstance(fn, RemoteFunction) else None
 
 
-def _submit_arguments(bound, fn, worker) -> Optional[Tuple[tuple, tuple, tuple]]:
-    """``submit_task``'s arguments before the call's arguments, between them and the debugger
-    breakpoint, and after it -- as Ray 2.60's ``RemoteFunction._remote`` derives them from
-    ``bound``'s options in a driver; None where the call could differ (see the module doc)."""
+def _derived_arguments(bound, fn, worker) -> Optional[Dict[str, Any]]:
+    """``submit_task``'s arguments that depend only on ``bound``'s options, by parameter name, as
+    ``RemoteFunction._remote`` derives them in a driver; None where the call could differ (see the
+    module doc). Names a Ray release does not pass (``fallback_strategy`` before 2.52,
+    ``num_objects_per_yield`` before 2.57) are derived all the same: :func:`_submit_layout` takes
+    those ``submit_task`` has."""
     import os
 
     import ray._common.utils
@@ -115,12 +146,55 @@ def _submit_arguments(bound, fn, worker) -> Optional[Tuple[tuple, tuple, tuple]]
         placement_group=options["placement_group"])
     if not group.is_empty:
         return None
-    backpressure, per_yield = options["_generator_backpressure_num_objects"], options["_num_objects_per_yield"]
-    return ((fn._language, fn._function_descriptor),
-            (options["name"] or "", 1, resources, options["max_retries"], retry_exceptions, allowlist, "DEFAULT"),
-            (env_info or "{}", -1 if backpressure is None else backpressure, 1 if per_yield is None else per_yield,
-             options.get("enable_task_events"), options.get("_labels"), options.get("label_selector"),
-             options.get("fallback_strategy")))
+    backpressure, per_yield = options["_generator_backpressure_num_objects"], options.get("_num_objects_per_yield")
+    return {
+        "language": fn._language,
+        "function_descriptor": fn._function_descriptor,
+        "name": "" if options["name"] is None else options["name"],
+        "num_returns": 1,
+        "resources": resources,
+        "max_retries": options["max_retries"],
+        "retry_exceptions": retry_exceptions,
+        "retry_exception_allowlist": allowlist,
+        "scheduling_strategy": "DEFAULT",
+        "serialized_runtime_env_info": env_info or "{}",
+        "generator_backpressure_num_objects": -1 if backpressure is None else backpressure,
+        "num_objects_per_yield": 1 if per_yield is None else per_yield,
+        "enable_task_events": options.get("enable_task_events"),
+        "labels": options.get("_labels"),
+        "label_selector": options.get("label_selector"),
+        "fallback_strategy": options.get("fallback_strategy"),
+    }
+
+
+def _submit_task_parameters(core_worker) -> Optional[Tuple[str, ...]]:
+    """The names of ``submit_task``'s parameters after ``self``, in order; None where Ray's Cython does
+    not expose its signature."""
+    import inspect
+
+    try:
+        names = tuple(inspect.signature(type(core_worker).submit_task).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names[1:] if names[:1] == ("self",) else None
+
+
+def _submit_layout(derived: Dict[str, Any], parameters: Optional[Sequence[str]]
+                   ) -> Optional[Tuple[tuple, tuple, tuple]]:
+    """``derived``'s values in ``submit_task``'s parameter order: those before the call's arguments,
+    between them and the debugger breakpoint, and after it. None unless every parameter is either
+    per-call or derived, each once: the call is then complete and each value in its own place,
+    whatever order the release gives them."""
+    if parameters is None or len(set(parameters)) != len(parameters):
+        return None
+    if any(p not in parameters for p in _PER_CALL) or any(p not in derived for p in parameters if p not in _PER_CALL):
+        return None
+    at_args, at_breakpoint = parameters.index("args"), parameters.index("debugger_breakpoint")
+    if at_args > at_breakpoint:
+        return None
+    return (tuple(derived[p] for p in parameters[:at_args]),
+            tuple(derived[p] for p in parameters[at_args + 1:at_breakpoint]),
+            tuple(derived[p] for p in parameters[at_breakpoint + 1:]))
 
 
 class _Launcher:
@@ -135,7 +209,7 @@ class _Launcher:
         self._workers = ray._private.worker  # (its global_worker is replaced by each ray.init)
         self._dummy = DUMMY_TYPE
         self._core = None  # the core worker the arguments were derived under
-        self._recorded: Optional[Tuple[tuple, tuple, tuple]] = None  # see _submit_arguments
+        self._recorded: Optional[Tuple[tuple, tuple, tuple]] = None  # see _submit_layout
         self._shapes: set = set()  # (positional count, keywords) of calls bound against the signature
         self._lock = threading.Lock()
         self.fast = 0  # calls that took the fast path (a test reads it)
@@ -170,13 +244,20 @@ class _Launcher:
         ref = self._bound.remote(*args, **kwargs)
         worker = self._workers.global_worker
         with self._lock:
-            derived = None
-            if fast_path_off(self._bound) is None:
+            layout = None
+            why = fast_path_off(self._bound)
+            if why is None:
                 try:
-                    derived = _submit_arguments(self._bound, self._fn, worker)
+                    derived = _derived_arguments(self._bound, self._fn, worker)
+                    if derived is not None:
+                        layout = _submit_layout(derived, _submit_task_parameters(worker.core_worker))
+                        if layout is None:
+                            why = "submit_task's parameters are not the ones derived"
                 except Exception:  # (a Ray whose internals moved: its own .remote() it is)
                     logging.getLogger(__name__).debug("no fast submission for %r", self._bound, exc_info=True)
-            self._recorded, self._core = derived, worker.core_worker
+            if why is not None:
+                logging.getLogger(__name__).debug("Ray's .remote() for %r: %s", self._bound, why)
+            self._recorded, self._core = layout, worker.core_worker
             self._shapes.add((len(args), *kwargs) if kwargs else len(args))
         return ref
 
