@@ -49,6 +49,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan.explain import record
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.replicas import DeltaLog, copy_state
+from ray_adaptive.plan.room import has_room, slots_of
 from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_for
 
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
@@ -81,7 +82,7 @@ class NodeState:
 
     @property
     def has_room(self) -> bool:
-        return self.alive and self.own + self.others < self.executors + self.queue
+        return self.alive and has_room(self.own + self.others, slots_of(self.executors, self.queue))
 
     def as_dict(self) -> dict:
         return {"id": self.id, "index": self.index, "executors": self.executors, "queue": self.queue,

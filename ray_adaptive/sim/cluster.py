@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ray_adaptive.plan.nodeset import NodeSet
+from ray_adaptive.plan.room import has_room
 from ray_adaptive.sim.events import FINISH, EventLoop
 from ray_adaptive.sim.model import Node, NodeSpec, Task
 
@@ -42,8 +43,8 @@ class Cluster:
         """The nodes that can take one more task: a :class:`NodeSet` on a large cluster, a list on a
         small one (a few nodes are scored faster one by one than through numpy)."""
         if not self._large:
-            return [x for x in self.nodes if x.load < x.slots]  # has_room, without a property call per node
-        idx = np.flatnonzero(self.loads < self.slots)
+            return [x for x in self.nodes if x.has_room]
+        idx = np.flatnonzero(has_room(self.loads, self.slots))
         return NodeSet(self.nodes, idx, self.loads[idx])
 
     @property

@@ -27,6 +27,7 @@ from typing import List
 import numpy as np
 
 from ray_adaptive.plan.nodeset import NodeSet
+from ray_adaptive.plan.room import has_room
 from ray_adaptive.sim.model import Node
 
 __all__ = ["Heartbeats", "LoadHistory", "ViewNode", "CachedView"]
@@ -166,7 +167,7 @@ class CachedView:
                 for _, i in self._own:
                     self.loads[i] += 1
             self._next = self._hb.next(self.index, now)
-        idx = np.flatnonzero(self.loads < self.slots)
+        idx = np.flatnonzero(has_room(self.loads, self.slots))
         if len(self.nodes) <= 32:  # (as the cluster's candidates: a few nodes go faster as a list)
             return [self.nodes[i] for i in idx.tolist()]
         return NodeSet(self.nodes, idx, self.loads[idx])

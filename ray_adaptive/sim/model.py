@@ -2,7 +2,8 @@
 
 * A node has an id, ``resources``, ``executors`` (tasks it runs at once, FIFO)
   and a bounded ``queue``. It is a *candidate* for a task while
-  queued + running < executors + queue and the task's resources fit in what
+  queued + running < executors + queue (the room rule,
+  :mod:`ray_adaptive.plan.room`) and the task's resources fit in what
   is not held by tasks already dispatched to it.
 * ``load`` (what ``get_load(node)`` returns) = tasks queued + running on it.
 * Tasks wait in the scheduler's pending queue until a candidate exists.
@@ -28,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
+from ray_adaptive.plan.room import has_room, slots_of
 from ray_adaptive.workload.specs import DEADLINES, NodeSpec, TaskSpec
 
 __all__ = ["Task", "Node", "DEADLINES"]
@@ -64,8 +66,10 @@ class Node:
         # static attributes copied from the (frozen) spec: read at every decision
         self.id, self.executors, self.queue = spec.id, spec.executors, spec.queue
         self.resources, self.fields = spec.resources, spec.fields
-        self.slots = spec.executors + spec.queue
+        self.slots = slots_of(spec.executors, spec.queue)
         self.load = 0  # tasks queued + running (what get_load(node) returns), counted by hold()
+        # the room rule's verdict, kept as the load changes: read at every decision, for every node
+        self.has_room = has_room(self.load, self.slots)
         self.running: list[Task] = []
         self.waiting: deque[Task] = deque()
         self._held: dict[str, float] = {}
@@ -73,10 +77,6 @@ class Node:
     @property
     def available(self) -> dict:
         return {r: total - self._held.get(r, 0.0) for r, total in self.spec.resources.items()}
-
-    @property
-    def has_room(self) -> bool:
-        return self.load < self.slots
 
     def fits(self, task: Task) -> bool:
         res = self.spec.resources
@@ -86,6 +86,7 @@ class Node:
     def hold(self, task: Task, sign: int) -> None:
         """``task`` enters (+1) or leaves (-1) the node: its load and the resources it holds."""
         self.load += sign
+        self.has_room = has_room(self.load, self.slots)
         for r, amount in task.spec.resources.items():
             self._held[r] = self._held.get(r, 0.0) + sign * amount
 
