@@ -21,19 +21,21 @@ NUM_NODES = 4
 CPUS_PER_NODE = 2
 
 
-def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message=""):
-    """Poll ``predicate`` until it returns a truthy value; return that value.
+def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message="", until=None):
+    """Poll ``predicate`` until it returns a truthy value -- with ``until``, a value for which
+    ``until(value)`` holds --; return that value. Fails (AssertionError) after ``timeout`` s.
 
     ``message``: what is waited for, in the error on a timeout; a callable is called then (to
-    describe what was seen last)."""
+    describe what was seen last). With ``until``, the error shows the last value too."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if value:
+        if until(value) if until is not None else value:
             return value
         if time.monotonic() > deadline:
             what = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+            seen = f"; the last value: {value!r}" if until is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}{seen}")
         time.sleep(period)
 
 

@@ -16,17 +16,27 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for
+
+# a worker that used 0.2 s of CPU (in clock ticks) is replaying: past its fork and set-up
+REPLAYING_TICKS = max(1, os.sysconf("SC_CLK_TCK") // 5)
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or (os.cpu_count() or 1) < 2,
                                 reason="needs /proc and two CPUs (the compiler forks one worker per extra CPU)")
 
 
-def _stat(pid: int):
-    """``(state, parent pid)`` of a process, or None once it is gone."""
+def _proc_stat(pid: int):
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None once it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return fields[0], int(fields[1])
+
+
+def _stat(pid: int):
+    """``(state, parent pid)`` of a process, or None once it is gone."""
+    fields = _proc_stat(pid)
+    return None if fields is None else (fields[0], int(fields[1]))
 
 
 def _children(pid: int) -> list[int]:
@@ -38,14 +48,10 @@ def _alive(pid: int) -> bool:
     return st is not None and st[0] not in ("Z", "X")  # (a zombie has exited: only its exit status is left)
 
 
-def _wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
+def _cpu_ticks(pid: int) -> int:
+    """CPU time a process used so far (user + system, in clock ticks); 0 once it is gone."""
+    fields = _proc_stat(pid)
+    return 0 if fields is None else int(fields[11]) + int(fields[12])
 
 
 def test_killing_compile_mid_run_leaves_no_worker():
@@ -54,14 +60,17 @@ def test_killing_compile_mid_run_leaves_no_worker():
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     try:
-        workers = _wait_for(lambda: _children(compile_.pid), timeout=8)
-        assert workers, "the compile forked no worker to kill"
-        time.sleep(0.3)  # (mid-replay)
+        workers = wait_for(lambda: _children(compile_.pid), timeout=30, period=0.05,
+                           message="the compile to fork a worker to kill")
+        # mid-replay: each worker took a job and works on it (a fresh fork waiting for its first job
+        # uses no CPU; a replay of this window uses seconds of it)
+        wait_for(lambda: all(_cpu_ticks(w) >= REPLAYING_TICKS for w in workers), timeout=30, period=0.05,
+                 message=lambda: f"the workers replaying (CPU ticks: {[_cpu_ticks(w) for w in workers]})")
         assert all(_alive(w) for w in workers)
         compile_.send_signal(signal.SIGKILL)
         compile_.wait(timeout=5)
-        survivors = _wait_for(lambda: not any(_alive(w) for w in workers), timeout=3)
-        assert survivors, f"workers {[w for w in workers if _alive(w)]} outlived their killed parent"
+        wait_for(lambda: not any(_alive(w) for w in workers), timeout=3, period=0.05,
+                 message=lambda: f"workers {[w for w in workers if _alive(w)]} to end with their killed parent")
     finally:
         if compile_.poll() is None:
             compile_.kill()
@@ -72,7 +81,7 @@ def test_killing_compile_mid_run_leaves_no_worker():
 
 
 def _sleep_then_square(x):
-    time.sleep(x[1])
+    time.sleep(x[1])  # (the job's work: its length is what the test is about)
     return x[0] * x[0]
 
 
@@ -102,7 +111,7 @@ def _logged_sleep(x):
     path, key, seconds = x
     with open(path, "a") as f:
         f.write(f"start {key}\n")
-    time.sleep(seconds)
+    time.sleep(seconds)  # (the job's work: its length is what the test is about)
     with open(path, "a") as f:
         f.write(f"end {key}\n")
     return key

@@ -24,6 +24,9 @@ VEC = [0.1, 0.2, 0.1]
 # about 100 submissions/s per process, 300/s in all: near the 8 CPUs' 400/s of 20 ms tasks, so the
 # switch happens under load but no backlog builds that a round must then wait out
 GAP_S = 0.01
+# the tasks the cluster holds at once (4 nodes x (1 executor + 2 queued), as ra.start below): a
+# process that had more than these run loaded it, its slots taken and given back
+SLOTS = 4 * (1 + 2)
 DIRECTIONS = [("centralized", "decentralized"), ("decentralized", "centralized"), ("centralized", "hybrid"),
               ("hybrid", "centralized"), ("decentralized", "hybrid"), ("hybrid", "decentralized")]
 
@@ -31,14 +34,12 @@ DIRECTIONS = [("centralized", "decentralized"), ("decentralized", "centralized")
 @ray.remote(num_cpus=1)
 def marked(marks: str, key: str, sleep: float):
     """Leave a marker only this run of this task may create (a second run of it fails), then work;
-    ``sleep`` < 0: until the test releases it (a file ``release`` in ``marks``), at most 120 s."""
+    ``sleep`` < 0: until the test releases it (a file ``release`` in ``marks``; fails after 120 s)."""
     os.close(os.open(os.path.join(marks, key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     if sleep >= 0:
-        time.sleep(sleep)
+        time.sleep(sleep)  # (the task's work)
     else:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(os.path.join(marks, "release")) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: os.path.exists(os.path.join(marks, "release")), timeout=120, message="the release")
     return key
 
 
@@ -54,6 +55,7 @@ class Submitter:
         # the rounds stopped: a threaded actor may run a round's stop before its run (a process
         # slow to start has both queued), and that round must then stop at once, not run on
         self.stopped: set = set()
+        self.count: dict = {}  # round -> tasks submitted so far
 
     def run(self, tenant: str, marks: str, sleep: float, tag: str = ""):
         """Submit until round ``tag`` is stopped; marker files ``<tenant><tag>-<i>``."""
@@ -61,9 +63,12 @@ class Submitter:
         futures, i = [], 0
         while tag not in self.stopped:
             futures.append(f.submit(marks, f"{tenant}{tag}-{i}", sleep))
-            i += 1
-            time.sleep(GAP_S)
+            i = self.count[tag] = i + 1
+            time.sleep(GAP_S)  # (pacing: the load's rate)
         return i, ray.get([fut.result(timeout=120) for fut in futures], timeout=120)
+
+    def submitted(self, tag: str = "") -> int:
+        return self.count.get(tag, 0)
 
     def stop(self, tag: str = ""):
         self.stopped.add(tag)
@@ -116,15 +121,39 @@ class _Load:
     def start(self) -> None:
         tag, self.rounds = str(self.rounds), self.rounds + 1
         self._runs = [s.run.remote(t, self.marks, 0.02, tag) for s, t in zip(self.subs, "bc")]
-        self._mine, self._stop, self._tag = [], threading.Event(), tag
+        self._mine, self._held, self._stop, self._tag = [], [], threading.Event(), tag
 
         def load():
             while not self._stop.is_set():
                 self._mine.append(self.fn.remote(self.marks, f"a{tag}-{len(self._mine)}", 0.02))
-                time.sleep(GAP_S)
+                time.sleep(GAP_S)  # (pacing: the load's rate)
 
         self._loader = threading.Thread(target=load)
         self._loader.start()
+
+    def submit_frozen(self, phase: str, _topology) -> None:
+        """A live switch's ``_on_phase``: once every process froze, one more task of this one -- it
+        waits for the next plan."""
+        if phase == "frozen":
+            self._held.append(self.fn.submit(self.marks, f"a{self._tag}-frozen", 0.02))
+
+    def submitted_so_far(self) -> dict:
+        """Per process (its tenant): how many tasks it submitted so far this round (at least)."""
+        theirs = ray.get([s.submitted.remote(self._tag) for s in self.subs], timeout=60)
+        return {"a": len(self._mine), **dict(zip("bc", theirs))}
+
+    def wait_running(self, after: dict = None, what: str = "") -> None:
+        """Until each process's task SLOTS + 1 of this round -- counted from the first it submitted
+        after ``after`` (a :meth:`submitted_so_far`), if given -- has run: all three load the cluster, more
+        tasks each than it holds at once, under the plan in force."""
+        # (with n submitted, task n may be under way already: the first surely after is n + 1)
+        keys = [f"{t}{self._tag}-{SLOTS + (after[t] + 1 if after else 0)}" for t in "abc"]
+
+        def not_run() -> list:
+            return [k for k in keys if not os.path.exists(os.path.join(self.marks, k))]
+
+        wait_for(lambda: not not_run(), timeout=60, period=0.05,
+                 message=lambda: f"{what}: tasks {not_run()} to run (submitted: {self.submitted_so_far()})")
 
     def stop(self) -> None:
         """Stop; every result reached its caller, in order."""
@@ -134,9 +163,11 @@ class _Load:
             s.stop.remote(self._tag)
         results = ray.get(self._runs, timeout=120)
         assert ray.get(self._mine, timeout=120) == [f"a{self._tag}-{i}" for i in range(len(self._mine))]
+        held = ray.get([f.result(timeout=120) for f in self._held], timeout=120)
+        assert held == [f"a{self._tag}-frozen"] * len(self._held)
         for (n, got), t in zip(results, "bc"):
             assert got == [f"{t}{self._tag}-{i}" for i in range(n)]
-        self.submitted += len(self._mine) + sum(n for n, _ in results)
+        self.submitted += len(self._mine) + len(self._held) + sum(n for n, _ in results)
 
 
 def _longs(load: _Load, n: int = 2) -> list:
@@ -148,21 +179,25 @@ def _longs(load: _Load, n: int = 2) -> list:
 def _check_switch(rt, entry, to: str, generation: int) -> None:
     assert entry["exact"] and not entry["unacked"], entry
     assert rt.plan.architecture == to and rt.topology.generation == generation
-    # the pause runs from the replaced plan's last decision -- one decided before the freeze may
-    # launch after it -- to the next plan's first: its parts follow one another
-    for part, seconds in rt.pause_parts().get(generation, {}).items():
-        assert seconds >= 0, (part, rt.pause_parts())
+    # a task of this process waited through the switch (_Load.submit_frozen), so the pause its
+    # callers saw is measured, from the replaced plan's last decision -- one decided before the freeze
+    # may launch after it -- to the next plan's first (maybe after the switch returned); its parts
+    # follow one another: none negative, together the pause
+    parts = wait_for(lambda: rt.pause_parts().get(generation), timeout=30,
+                     message=lambda: f"the pause of the switch to generation {generation} (pauses: {rt.pause_parts()})")
+    assert min(parts.values()) >= 0 and sum(parts.values()) == pytest.approx(rt.pauses()[generation]), \
+        (parts, rt.pauses())
 
 
 def _switch_under_load(rt, to: str, on_phase=None, long_tasks: int = 2):
     """Three processes submit; two long tasks of tenant a run through the switch. Returns what to check."""
     load = _Load(tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp"))
     load.start()
-    time.sleep(1.5)
+    load.wait_running(what="the load before the switch")
     longs = _longs(load, long_tasks)
     slots_before = resources.created_resources()
     entry = rt.switch(to, _on_phase=on_phase)
-    time.sleep(1.0)
+    load.wait_running(load.submitted_so_far(), what=f"the load under {to}")
     load.stop()
     submitted = load.submitted + long_tasks + 1  # (+ the release file)
     return load.marks, longs, submitted, slots_before, entry
@@ -176,7 +211,7 @@ def test_live_switches_in_every_direction_lose_and_repeat_nothing(drf):
     rt = drf(DIRECTIONS[0][0])
     load = _Load(tempfile.mkdtemp(prefix="ra-marks-", dir="/tmp"))
     load.start()
-    time.sleep(1.0)
+    load.wait_running(what="the load before the first switch")
     longs = _longs(load)
     slots = resources.created_resources()
     chain = ["decentralized", "hybrid", "centralized", "hybrid", "decentralized", "centralized"]
@@ -184,9 +219,9 @@ def test_live_switches_in_every_direction_lose_and_repeat_nothing(drf):
     for generation, to in enumerate(chain, start=1):
         if generation > 1:
             load.start()
-            time.sleep(1.0)
-        _check_switch(rt, rt.switch(to), to, generation)
-        time.sleep(0.5)
+            load.wait_running(what=f"the load before the switch to {to}")
+        _check_switch(rt, rt.switch(to, _on_phase=load.submit_frozen), to, generation)
+        load.wait_running(load.submitted_so_far(), what=f"the load under {to}")
         load.stop()
         wait_for(lambda: _alloc_is(rt, {"a": len(longs)}), timeout=30,
                  message=f"State of the running tasks after the switch to {to}")
