@@ -100,11 +100,12 @@ def test_decentralized_periodic_sync_merges_deltas_exactly():
 
     ps = PlanSim(sim_plan("decentralized+sync 100ms"), sc)
     ps.run()
-    for s in ps.locals:
-        ps.hooks.push_pull(s.interp, s.unpushed)
-    for v in ps.hooks.store["alloc"].values():
+    hooks = ps.books.hooks
+    for s in ps.hosts[0]:  # (every scheduler: one not used yet is made now)
+        hooks.push_pull(s.interp, s.unpushed)
+    for v in hooks.store["alloc"].values():
         assert np.allclose(v, 0.0)
-    assert all(np.allclose(x, 0.0) for x in ps.truth.state["alloc"].values())
+    assert all(np.allclose(x, 0.0) for x in ps.books.truth.state["alloc"].values())
 
 
 def test_a_periodic_sync_costing_more_than_its_period_still_lets_decisions_through():

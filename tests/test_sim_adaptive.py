@@ -106,7 +106,7 @@ def test_the_state_after_a_switch_is_the_state_rebuilt_from_running_tasks(before
     for node in sim.nodes:
         for t in (*node.running, *node.waiting):  # (DRF-LB has no OnArrival: undecided tasks add nothing)
             rebuilt.run_hook("OnDispatch", t, node, 0.0)
-    holder = sim.central if sim.central is not None else sim.locals[0]
+    holder = sim.servers()[0]  # (the selector, or the first scheduler: each starts from the State handed over)
     got, want = holder.interp.state["alloc"], rebuilt.state["alloc"]
     assert want  # (tasks were running: something to count)
     for tenant in set(got) | set(want):  # (a tenant whose tasks all finished holds zeros in the handed-over one)

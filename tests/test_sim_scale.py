@@ -52,7 +52,8 @@ def test_idle_replicas_cost_no_events_and_catch_up_when_reached():
     r = sim.run()
     assert r.events < 100 and len(r.schedulers) == 2  # only the two schedulers reached were made
     assert all(t.status == "finished" for t in r.tasks)
-    late = sim.locals[1]  # dormant from its first round to 2.95 s: it pulled the store as of its last round
+    late = sim.servers()[1]  # dormant from its first round to 2.95 s: it pulled the store as of its last round
+    assert late.name == "s1"
     assert late.interp.state["alloc"]["a"].tolist() == pytest.approx([0.0, 0.0, 0.0])  # a's task had left
     busy = sum(s.busy_s for s in r.schedulers)
     assert busy > 0.7e-3 * 2 * 25  # the skipped rounds' sync work is counted

@@ -11,15 +11,23 @@ units run where):
   tasks the selector forwards, in order (hybrid).
 
 :func:`role_specs` is the only place that reads the architecture; the
-runtime's topology builder hosts whatever specs it gets (see
-:mod:`ray_adaptive.runtime.topology`), the same code for every plan.
+runtime's topology builder (:mod:`ray_adaptive.runtime.topology`) and the
+simulator (:mod:`ray_adaptive.sim.hosts`) host whatever specs they get, the
+same code for every plan. Besides how to build its scheduler, a spec says
+what a host needs to know of the role: whether tasks enter there (``entry``),
+whether its picks go on to the schedulers role (``forwards``), whether it
+handles finishes (``finishes``), how it learns loads (``view``) and whether
+it waits for a freed slot (``wakes_on_room``). Its hooks follow: a role that
+keeps State (``hooks``) runs OnArrival where tasks enter, OnDispatch on what
+it decides (a forwarding role without the node: it decides the task) and
+OnFinish on the finishes it handles.
 
 Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> from ray_adaptive.plan import LoweredPlan, Plan
     >>> specs = role_specs(LoweredPlan(Plan("centralized", "centralized"), load_policy("least_loaded")))
-    >>> list(specs), specs[Role.SELECTOR].fifo
-    ([<Role.SELECTOR: 'selector'>], False)
+    >>> list(specs), specs[Role.SELECTOR].fifo, specs[Role.SELECTOR].entry
+    ([<Role.SELECTOR: 'selector'>], False, True)
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Dict, Mapping, Optional, Sequence
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan.kinds import Architecture, LoadKind, Role, SyncKind
 from ray_adaptive.plan.lowered import LoweredPlan
+from ray_adaptive.plan.plans import LoadView
 from ray_adaptive.plan.scheduler import POOL, NodeState, Scheduler
 from ray_adaptive.plan.scoring import ScoreSplit
 
@@ -50,6 +59,13 @@ class RoleSpec:
     heartbeat_s: float = 0.0  # learn the others' loads every heartbeat_s (0: before every batch)
     split: Optional[ScoreSplit] = None  # the compiler's proof that ``program``'s Score is T(task) op N(node)
     overflow: bool = False  # a full cluster's tasks are decided at once, held by Ray (see plan.holding)
+    # -- how a host runs it (the simulator hosts a plan's roles by these, never by the architecture)
+    entry: bool = False  # submitted tasks enter here: at the one selector, or at the submitter's own one of k
+    forwards: bool = False  # sends each task it picks on to the schedulers role (in turn), which picks the node
+    finishes: bool = True  # handles the finish of each task it decided: OnFinish on its State, its room count
+    view: LoadView = LoadView()  # how it learns node loads (sample_d and heartbeat_s: the runtime's share of it)
+    wakes_on_room: bool = True  # finding no room in its view, it tries again when a slot frees (else: at its
+    #                             next heartbeat, or when a task it forwarded finishes)
 
     def scheduler(self, nodes: Sequence[Mapping], seed: int = 0, records: int = 0) -> Scheduler:
         """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`), keeping
@@ -71,19 +87,27 @@ def role_specs(plan: LoweredPlan, overflow: bool = False) -> Dict[Role, RoleSpec
     heartbeat = plan.load.period_s if plan.load.kind is LoadKind.CACHED else 0.0
     merge = {v: rule for v, rule in plan.merge} or None
     sync_s = plan.sync.period_s if plan.sync.kind is SyncKind.PERIODIC else 0.0
+    # a role picking nodes sees them through the plan's load view; with a cached one it learns of a
+    # freed slot at its next heartbeat
+    view, wakes = plan.load, plan.load.kind is not LoadKind.CACHED
     if plan.architecture is Architecture.CENTRALIZED:
-        return {Role.SELECTOR: RoleSpec(plan.policy, sample_d=d, split=plan.split, overflow=overflow)}
+        return {Role.SELECTOR: RoleSpec(plan.policy, sample_d=d, split=plan.split, overflow=overflow, entry=True,
+                                        view=view, wakes_on_room=wakes)}
     if plan.architecture is Architecture.DECENTRALIZED:
         return {Role.SCHEDULERS: RoleSpec(plan.policy, sample_d=d, merge=merge, sync_s=sync_s, heartbeat_s=heartbeat,
-                                          split=plan.split, overflow=overflow)}
-    # hybrid: the selector keeps the exact State the task part reads; the placement schedulers
-    # keep a replica only when their node part reads State hooks change (plan.local_state)
+                                          split=plan.split, overflow=overflow, entry=True, view=view,
+                                          wakes_on_room=wakes)}
+    # hybrid: the selector keeps the exact State the task part reads, and counts the slots its forwarded
+    # tasks hold (it waits for one of them to finish); the placement schedulers keep a replica only when
+    # their node part reads State hooks change (plan.local_state), and only then handle finishes
     local = plan.local_state
+    assert plan.task_policy is not None and plan.node_policy is not None  # (a hybrid LoweredPlan has both)
     return {
-        Role.SELECTOR: RoleSpec(plan.task_policy, pool=True, split=plan.task_split),
+        Role.SELECTOR: RoleSpec(plan.task_policy, pool=True, split=plan.task_split, entry=True, forwards=True,
+                                wakes_on_room=False),
         Role.SCHEDULERS: RoleSpec(plan.node_policy, hooks=local, fifo=True, sample_d=d,
                                   merge=merge if local else None, sync_s=sync_s, heartbeat_s=heartbeat,
-                                  split=plan.node_split),
+                                  split=plan.node_split, finishes=local, view=view, wakes_on_room=wakes),
     }
 
 
@@ -102,4 +126,6 @@ def lease_spec(plan: LoweredPlan, overflow: bool = False) -> Optional[RoleSpec]:
         return specs[Role.SELECTOR]
     if plan.local_state:
         return None
-    return RoleSpec(plan.policy, sample_d=specs[Role.SCHEDULERS].sample_d, split=plan.split, overflow=overflow)
+    placing = specs[Role.SCHEDULERS]
+    return RoleSpec(plan.policy, sample_d=placing.sample_d, split=plan.split, overflow=overflow, entry=True,
+                    view=placing.view, wakes_on_room=placing.wakes_on_room)

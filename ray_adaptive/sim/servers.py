@@ -4,11 +4,11 @@ A :class:`Server` wraps a :class:`~ray_adaptive.plan.Scheduler` (its queue,
 scoring and State: the runtime's) with what simulation adds: an inbox of
 finish notifications and syncs, the busy time its plan's
 :class:`~ray_adaptive.plan.RoleCosts` charge, a load view, and counters.
-:func:`build_servers` makes a plan's selector and k schedulers -- each of
-the k when first used (:class:`Servers`): on a thousand nodes, a workload
-whose tasks reach a few schedulers costs a few, not a thousand;
-:func:`assign_homes` says at which scheduler each task of a decentralized
-plan enters.
+A role of k schedulers makes each when first used (:class:`Servers`): on a
+thousand nodes, a workload whose tasks reach a few schedulers costs a few,
+not a thousand; :func:`assign_homes` says at which of the k each task
+enters when tasks enter at their submitter's own scheduler. The hosts of
+:mod:`ray_adaptive.sim.hosts` make and drive them.
 """
 
 from __future__ import annotations
@@ -17,25 +17,22 @@ import math
 from collections import deque
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
-from ray_adaptive.plan import Architecture, LoadKind, LoweredPlan, Role, RoleCosts, Scheduler, SyncKind
-from ray_adaptive.plan.queue import PendingQueue
-from ray_adaptive.plan.replicas import copy_state
-from ray_adaptive.plan.scoring import scoring_for
-from ray_adaptive.sim.heartbeats import CachedView, Heartbeats, LoadHistory
+from ray_adaptive.plan import Role, RoleCosts, Scheduler
+from ray_adaptive.sim.heartbeats import CachedView
 from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.sim.results import SchedulerStats
 
-__all__ = ["Server", "build_servers", "assign_homes"]
+__all__ = ["Server", "Servers", "assign_homes"]
 
 
 class Server:
     """One scheduler instance: the plan's scheduler (queue, scoring, State) as a simulated server."""
 
-    def __init__(self, name: str, role: Role, costs: RoleCosts, core: Scheduler, rng, order: int = 0):
+    def __init__(self, name: str, role: Role, costs: RoleCosts, core: Scheduler, rng, order: int = 0,
+                 sample_d: int = 0):
         self.name, self.role, self.costs, self.core, self.rng = name, role, costs, core, rng
         self.order = order  # the selector first, then the k schedulers: the order events about them are made
+        self.sample_d = sample_d  # power-of-d: nodes looked at per decision attempt (0: every node)
         self.interp = core.interp
         self.pending = core.queue
         self.inbox: deque = deque()
@@ -49,7 +46,7 @@ class Server:
         self.unpushed: dict = {}
         self.sync_queued = False  # a periodic sync waits in the inbox or runs
         self.next_tick = math.inf  # periodic sync: the next round not yet run
-        self.ticking = True  # its next sync round is scheduled, or it has none (else: dormant, see PlanSim)
+        self.ticking = True  # its next sync round is scheduled, or it has none (else: dormant, see sim.sync_rounds)
         self.retired = False  # replaced by a live switch: the events still due for it are no-ops
 
     def stats(self, extra_busy: float = 0.0) -> SchedulerStats:
@@ -71,26 +68,17 @@ class Server:
                 counted = n
         return end - now
 
-    def candidates(self, plan: LoweredPlan, nodes: Sequence[Node], with_room: Callable[[], list], now: float) -> list:
-        """The nodes this server sees with room, per its plan's load view."""
-        kind = plan.load.kind
-        if kind is LoadKind.PROBE:
-            return with_room()
-        if kind is LoadKind.SAMPLE:
+    def candidates(self, nodes: Sequence[Node], with_room: Callable[[], list], now: float) -> list:
+        """The nodes this server sees with room: its cached view's, ``sample_d`` of ``nodes``, or the
+        cluster's (``with_room``)."""
+        if self.view is not None:
+            return self.view.candidates(now)
+        if self.sample_d:
             n = len(nodes)
-            d = min(plan.load.d, n)
+            d = min(self.sample_d, n)
             picks = sorted(self.rng.choice(n, size=d, replace=False)) if d < n else range(n)
             return [nodes[i] for i in picks if nodes[i].has_room]
-        return self.view.candidates(now)
-
-
-def _server(name: str, role: Role, costs: RoleCosts, program, key, scoring, rng, num_nodes: int,
-            fifo: bool = False, order: int = 0, state: Optional[dict] = None) -> Server:
-    core = Scheduler(program, (), hooks=False, num_nodes=num_nodes, queue=PendingQueue(key, fifo=fifo), scoring=scoring)
-    if state is not None:  # (a plan switched to: the State handed over, for the variables this program declares)
-        own = core.interp.state
-        own.update(copy_state({v: x for v, x in state.items() if v in own}))
-    return Server(name, role, costs, core, rng, order)
+        return with_room()
 
 
 class Servers(Sequence):
@@ -120,58 +108,6 @@ class Servers(Sequence):
     def made(self) -> list[Server]:
         """The schedulers used so far, in order."""
         return [self._made[i] for i in sorted(self._made)]
-
-
-def build_servers(plan: LoweredPlan, nodes: Sequence[Node], seed: int, key: Callable, scoring,
-                  task_key: Optional[Callable], resources: bool, history: LoadHistory,
-                  state: Optional[dict] = None) -> tuple[Optional[Server], Servers]:
-    """A plan's selector (None for decentralized) and its k schedulers, each with its costs, State and view.
-
-    ``key`` / ``scoring``: how the whole policy's Score groups and scores tasks (the centralized
-    and decentralized schedulers'); ``task_key``: the hybrid selector's groups. Each server's
-    random numbers are its own (seeded by the run's seed and its place: the selector, then the
-    k schedulers), so making them lazily changes nothing. ``state``: the State every server
-    starts from (a live switch's handover; None: the policy's initial State).
-    """
-    n, arch = len(nodes), plan.architecture
-    first = 1 if arch is Architecture.DECENTRALIZED else 2  # (the selector takes seed 1)
-
-    def rng(i: int):
-        return np.random.default_rng([seed, i])
-
-    attempt_s = lambda costs: costs.compute_s + costs.probe_s * plan.load.probes(n)  # noqa: E731 -- one attempt
-    heartbeats = Heartbeats(plan.load.period_s, seed) if plan.load.kind is LoadKind.CACHED else None
-    central: Optional[Server] = None
-    if arch is Architecture.CENTRALIZED:
-        central = _server("selector", Role.SELECTOR, plan.central, plan.policy, key, scoring, rng(1), n, state=state)
-        if heartbeats is not None:
-            central.view = CachedView(list(nodes), heartbeats, 0, history)
-    elif arch is Architecture.HYBRID:  # the selector picks by the task part alone: no node, no resource fit
-        central = _server("selector", Role.SELECTOR, plan.central, plan.task_policy, task_key,
-                          scoring_for(plan.task_policy, plan.task_split, False, task_key), rng(1), n, state=state)
-    if central is not None:
-        central.attempt_s = attempt_s(central.costs)
-    k = plan.k(n) if arch is not Architecture.CENTRALIZED else 0
-    program = plan.policy if arch is Architecture.DECENTRALIZED else plan.node_policy
-    local_scoring = None
-    if arch is not Architecture.CENTRALIZED:
-        local_scoring = scoring if arch is Architecture.DECENTRALIZED else scoring_for(
-            plan.node_policy, plan.node_split, resources)
-    shared: list = []  # instant sync: one store, every replica is the same State
-
-    def make(i: int) -> Server:
-        s = _server(f"s{i}", Role.SCHEDULERS, plan.local, program, key, local_scoring, rng(first + i), n,
-                    fifo=arch is Architecture.HYBRID, order=1 + i, state=state)
-        if plan.sync.kind is SyncKind.INSTANT:
-            if not shared:
-                shared.append(s.interp.state)
-            s.interp.state = shared[0]
-        s.attempt_s = attempt_s(s.costs)
-        if heartbeats is not None:
-            s.view = CachedView(list(nodes), heartbeats, i, history)
-        return s
-
-    return central, Servers(k, make)
 
 
 def assign_homes(tasks: Sequence[Task], k: int) -> dict:
