@@ -18,15 +18,18 @@ waits for a compile, and nothing runs on the submission path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ray_adaptive.control import Controller, EstimateTable, Measurement, Settings, Verdict
+from ray_adaptive.plan import Plan
+from ray_adaptive.workload.specs import TaskSpec
 
-__all__ = ["ControlLoop", "measure"]
+__all__ = ["ControlLoop", "ControlledRuntime", "measure"]
 
 log = logging.getLogger("ray_adaptive")
 
@@ -65,10 +68,45 @@ def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dic
                        duration_s=duration / finished if finished >= 1 else None)
 
 
+class ControlledRuntime(Protocol):
+    """What the control loop drives: the runtime of the process that started the policy
+    (:class:`~ray_adaptive.api.PolicyRuntime`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def plan(self) -> Plan:
+        """The plan in force."""
+        ...
+
+    def cluster_loads(self) -> Dict[str, dict]:
+        """Every submitting process's last load report (see :meth:`~ray_adaptive.monitor.Monitor.load`)."""
+        ...
+
+    def recorded_tasks(self, since: float) -> List[TaskSpec]:
+        """The tasks this process saw finish that arrived at ``since`` (runtime time) or later, as they ran."""
+        ...
+
+    def clock(self) -> float:
+        """The runtime's time now (seconds since it began)."""
+        ...
+
+    def show_evaluation(self, evaluation: dict, estimated_goodput: Optional[float]) -> None:
+        """Tell operators the controller's last evaluation (``ray-adaptive status``, the metrics)."""
+        ...
+
+    def switch(self, plan: Plan, reason: str = "forced", *, estimates: Optional[dict] = None,
+               measured: Optional[dict] = None) -> dict:
+        """Switch live (the runtime then calls :meth:`ControlLoop.switched`)."""
+        ...
+
+
 class ControlLoop:
     """The loop of an adaptive runtime (see the module doc); stopped by the runtime's shutdown."""
 
-    def __init__(self, rt, settings: Settings, table_for: Callable[[Optional[list]], EstimateTable],
+    def __init__(self, rt: ControlledRuntime, settings: Settings,
+                 table_for: Callable[[Optional[Sequence[TaskSpec]]], EstimateTable],
                  table: Optional[EstimateTable] = None):
         """``table_for(trace)``: the compiler's estimate table for this cluster, on ``trace`` (task
         specs; None: the default workload)."""
@@ -91,7 +129,8 @@ class ControlLoop:
         self._thread.join(timeout)
 
     def switched(self, to: str, pause_s: Optional[float] = None) -> None:
-        """A switch happened (decided here or forced by an operator): the controller dwells from now."""
+        """A switch happened (decided here or forced by an operator; the runtime tells of both): the
+        controller dwells from now."""
         if self.controller is not None:
             self.controller.switched(to, time.monotonic(), pause_s)
 
@@ -110,9 +149,7 @@ class ControlLoop:
                 log.exception("ray-adaptive: the adaptive controller of policy %r stopped", self.rt.name)
 
     def _snapshot(self) -> Optional[Measurement]:
-        import ray
-
-        loads = ray.get(self.rt.topology.store.loads.remote(), timeout=30)
+        loads = self.rt.cluster_loads()
         now = time.monotonic()
         self._snapshots.append((now, loads))
         while len(self._snapshots) > 2 and now - self._snapshots[1][0] >= self.settings.window_s:
@@ -125,21 +162,22 @@ class ControlLoop:
         m = self._snapshot()
         if m is None:
             return
+        assert self.controller is not None and self.table is not None  # (made before the first step)
         verdict = self.controller.evaluate(m)
         self.evaluations.append(verdict)
-        self.rt.monitor.set_estimate((verdict.estimates.get(verdict.current) or {}).get("goodput"))
-        self.rt.router.topology.store.set_info.remote({"evaluation": {  # (what operators see: ray-adaptive status)
-            "reason": verdict.reason, "measured": verdict.measured, "candidate": verdict.candidate,
-            "estimate": verdict.estimates.get(verdict.current)}})
+        estimate = verdict.estimates.get(verdict.current)
+        self.rt.show_evaluation({"reason": verdict.reason, "measured": verdict.measured,
+                                 "candidate": verdict.candidate, "estimate": estimate},
+                                (estimate or {}).get("goodput"))
         if verdict.switch_to is not None:
             self.rt.switch(verdict.switch_to, reason=verdict.reason, estimates=verdict.estimates,
-                           measured=verdict.measured, _by_controller=True)
-            self.controller.switched(verdict.switch_to, time.monotonic())
+                           measured=verdict.measured)
         self._maybe_refresh(m)
 
     def _maybe_refresh(self, m: Measurement) -> None:
         """A table computed for other task durations than the measured ones is computed again, on the
         recorded workload (this process's monitor: a sample of the cluster's)."""
+        assert self.controller is not None and self.table is not None
         basis = self.table.basis.get("duration_mean_s")
         drifted = m.duration_s is not None and basis and abs(m.duration_s - basis) > REFRESH_DRIFT * basis
         self._drifting = self._drifting + 1 if drifted else 0
@@ -154,11 +192,8 @@ class ControlLoop:
         log.info("ray-adaptive: policy %r's estimates recomputed for tasks of %.3f s (were %.3f s)",
                  self.rt.name, m.duration_s, basis)
 
-    def _recorded(self) -> List:
-        from ray_adaptive.workload.specs import TaskSpec
-
-        since = time.time() - self.rt.router.topology.t0 - self.settings.window_s * REFRESH_AGREE
-        records = sorted((r for r in self.rt.monitor.records() if r.arrival >= since),
-                         key=lambda r: (r.arrival, r.id))[-2000:]
-        return [TaskSpec(r.id, r.arrival, max(r.finished_at - r.dispatched_at, 1e-6), fields=dict(r.fields))
-                for r in records]
+    def _recorded(self) -> List[TaskSpec]:
+        """The recent recorded workload (at most 2,000 tasks, in arrival order); no task of zero duration."""
+        since = self.rt.clock() - self.settings.window_s * REFRESH_AGREE
+        tasks = sorted(self.rt.recorded_tasks(since), key=lambda t: (t.arrival, t.id))[-2000:]
+        return [t if t.duration > 0 else dataclasses.replace(t, duration=1e-6) for t in tasks]

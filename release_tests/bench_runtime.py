@@ -117,8 +117,8 @@ def _within(seconds: float, loop, runtime):
     print(f"HUNG: a submission loop ran over {seconds:g} s; every thread's stack:", file=sys.stderr, flush=True)
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # first: it takes no lock
     router = runtime().router  # (read without its locks: one of them may be what hangs)
-    print(f"runtime: {router.stats}; tasks in the router {len(router._tasks)}, undecided "
-          f"{sum(t.node is None for t in list(router._tasks.values()))}, launched, not harvested {len(router._launched)}",
+    print(f"runtime: {router.stats}; tasks in the router {len(router.book.tasks)}, undecided "
+          f"{sum(t.node is None for t in list(router.book.tasks.values()))}, launched, not harvested {len(router.harvester.launched)}",
           file=sys.stderr, flush=True)
     os._exit(3)
 

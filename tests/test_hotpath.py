@@ -9,12 +9,13 @@ import ray
 
 import ray_adaptive as ra
 from ray_adaptive import resources
+from tests.conftest import wait_for
 
 
 @ray.remote(num_cpus=1)
 def where(x, sleep=0.0):
     start = time.time()
-    time.sleep(sleep)
+    time.sleep(sleep)  # (the task's work: how long it holds its slot)
     return x, ray.get_runtime_context().get_node_id(), start
 
 
@@ -103,7 +104,9 @@ def test_a_lost_node_loses_no_task_ray_held(ray_cluster):
         fn = ra.policy("least_loaded")(where)
         refs = [fn.remote(i, 1.0) for i in range(30)]  # 6 per node: 2 running, 4 held by Ray
         assert rt.router.outstanding().get(extra.node_id) == 6
-        time.sleep(0.5)
+        # lost with two of its tasks running (its 2 CPUs in use), the other four behind them in Ray's queue
+        wait_for(lambda: resources.get_cluster_state([extra.node_id])[extra.node_id]["CPU"]["available"] == 0,
+                 timeout=30, period=0.05, message="two tasks running on the node to lose")
         ray_cluster.cluster.remove_node(extra)
         out = ray.get(refs, timeout=120)
     finally:
@@ -120,10 +123,9 @@ def test_harvests_look_at_windows_not_at_every_task_in_flight(running):
     ray.get(refs, timeout=120)
     s = rt.router.stats
     windowed = s.harvests - s.scans
-    assert windowed > 0 and s.watched <= windowed * 4 * rt.router.window + s.scans * 400, s
-    deadline = time.monotonic() + 20
-    while rt.stats()["finished"] < 400 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert windowed > 0 and s.watched <= windowed * 4 * rt.router.harvester.window + s.scans * 400, s
+    wait_for(lambda: rt.stats()["finished"] >= 400, timeout=20, period=0.01,
+             message=lambda: f"the 400 finishes seen (stats: {rt.stats()})")
     assert rt.stats()["finished"] == 400 and rt.router.outstanding() == {}
 
 
@@ -132,7 +134,7 @@ def test_a_finish_outside_the_windows_is_seen_all_the_same(running):
     them finish first, and the scans find them: the caller waiting for room gets it long before
     the long tasks end (without scans it would wait for them)."""
     rt = running("least_loaded", queue=0, hold="caller")
-    rt.router.window = 1
+    rt.router.harvester.window = 1
     fn = ra.policy("least_loaded")(where)
     long = [fn.remote(i, 4.0) for i in range(4)]  # one per node, first in each window
     short = [fn.remote(i, 0.05) for i in range(4, 8)]  # behind them, on the same nodes

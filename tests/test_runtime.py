@@ -35,7 +35,7 @@ Score(task, node):
 @ray.remote(num_cpus=1)
 def where(x, sleep=0.0):
     start = time.time()
-    time.sleep(sleep)
+    time.sleep(sleep)  # (the task's work: how long it holds its slot)
     return x, ray.get_runtime_context().get_node_id(), start
 
 
@@ -313,8 +313,8 @@ def test_deadlines_of_placed_tasks_do_not_pile_up(running):
     rt = running("round_robin", queue=30)
     fn = ra.policy("round_robin")(where).options(deadline_s=3600)
     assert len(ray.get([fn.remote(i) for i in range(3000)])) == 3000
-    wait_for(lambda: len(rt.router._deadlines) <= 1024, timeout=20, period=0.05,
-             message=lambda: f"the deadlines heap pruned to <= 1024 entries, has {len(rt.router._deadlines)}")
+    wait_for(lambda: len(rt.router.deadlines) <= 1024, timeout=20, period=0.05,
+             message=lambda: f"the deadlines heap pruned to <= 1024 entries, has {len(rt.router.deadlines)}")
     assert rt.stats()["dropped"] == 0
 
 

@@ -13,7 +13,9 @@
   path, which is what decentralizing avoids);
 * the name of any plan the compiler enumerates (``"hybrid+power-of-2"``);
 * a plan file (``ray-adaptive compile --json`` output: its choice), as a
-  path or as the parsed dict, or one plan entry of such a file.
+  path or as the parsed dict, or one plan entry of such a file;
+* a :class:`~ray_adaptive.plan.Plan` the compiler made for this policy (an
+  estimate table's: the adaptive controller's choice), taken as it is.
 
 Example:
     >>> from ray_adaptive.dsl import load_policy
@@ -28,7 +30,7 @@ import json
 import os
 from typing import Mapping, Optional, Tuple
 
-from ray_adaptive.compiler.analysis import analyze
+from ray_adaptive.compiler.analysis import Analysis, analyze
 from ray_adaptive.compiler.enumeration import enumerate_plans
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.files import read_text
@@ -46,8 +48,11 @@ def _from_file(policy: Policy, d: Mapping) -> Plan:
 
 
 def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
-                rate: Optional[float] = None, profile=None) -> Tuple[Plan, str]:
-    """The plan to run and why (one line); ``profile``: the latency model ``"auto"`` compiles with."""
+                rate: Optional[float] = None, profile=None, analysis: Optional[Analysis] = None) -> Tuple[Plan, str]:
+    """The plan to run and why (one line); ``profile``: the latency model ``"auto"`` compiles with;
+    ``analysis``: the policy's, if the caller has it already."""
+    if isinstance(plan, Plan):
+        return plan, "given as a plan"
     if isinstance(plan, Mapping):
         return _from_file(policy, plan), "given as a plan dict"
     if not isinstance(plan, str) or not plan:
@@ -74,7 +79,7 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
         if not isinstance(data, Mapping):
             raise ValueError(f"{plan}: not a plan file: expected a JSON object, found {type(data).__name__}")
         return _from_file(policy, data), f"from {plan}"
-    plans, excluded = enumerate_plans(analyze(policy), nodes)
+    plans, excluded = enumerate_plans(analysis or analyze(policy), nodes)
     if plan in {a.value for a in Architecture}:
         mine = [p for p in plans if p.architecture == plan]
         if not mine:

@@ -33,8 +33,8 @@ Example:
     >>> table = EstimateTable("p", 1.2, 12, 510.0, (100.0, 450.0), (1.0,), (c, h),
     ...                       {(0, 0): est, (1, 0): est}, {(0, 0): "centralized", (1, 0): "hybrid"})
     >>> ctl = Controller(table, Settings(consecutive=2, dwell_s=0.0), "centralized")
-    >>> [ctl.evaluate(Measurement(t, 450.0)).switch_to for t in (1.0, 2.0)]
-    [None, 'hybrid']
+    >>> [ctl.evaluate(Measurement(t, 450.0)).switch_to for t in (1.0, 2.0)] == [None, h]
+    True
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ray_adaptive.control.table import EstimateTable, PlanEstimate
+from ray_adaptive.plan import Plan
 
 __all__ = ["Settings", "Measurement", "Verdict", "Controller"]
 
@@ -105,11 +106,13 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Verdict:
-    """An evaluation's outcome: ``switch_to`` a plan (None: keep), the reason, and the estimates behind it."""
+    """An evaluation's outcome: ``switch_to`` a plan (None: keep; the table's :class:`~ray_adaptive.plan.Plan`,
+    ready to run), the reason, and the estimates behind it. Plans are named by ``current`` and ``candidate``
+    (the compiler's choice at the measured load)."""
 
     time: float
     current: str
-    switch_to: Optional[str]
+    switch_to: Optional[Plan]
     reason: str
     candidate: Optional[str] = None
     estimates: dict = field(default_factory=dict)  # plan name -> its estimates and goodput at the measured load
@@ -164,22 +167,24 @@ class Controller:
         row, choice = self.table.at(m.rate, m.burstiness)
         cap = self.table.capacity
         estimates = {name: {**e.as_dict(), "goodput": round(e.goodput(m.rate, cap), 1)} for name, e in row.items()}
-        keep = dict(time=m.time, current=self.current, switch_to=None, candidate=choice, estimates=estimates,
-                    measured=m.as_dict())
+        measured = m.as_dict()
+
+        def keep(reason: str) -> Verdict:
+            return Verdict(m.time, self.current, None, reason, choice, estimates, measured)
+
         if choice == self.current:
             self._streak = (None, 0)
-            return Verdict(reason=f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force", **keep)
+            return keep(f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force")
         why = self._why(m, row[self.current], row[choice])
         if why is None:
             self._streak = (None, 0)
-            return Verdict(reason=f"{choice} is the compiler's choice at {m.rate:.0f} tasks/s but not better enough "
-                                  f"than {self.current} to switch", **keep)
+            return keep(f"{choice} is the compiler's choice at {m.rate:.0f} tasks/s but not better enough "
+                        f"than {self.current} to switch")
         name, count = self._streak
         count = count + 1 if name == choice else 1
         self._streak = (choice, count)
         if m.time - self._switched_at < s.dwell_s:
-            return Verdict(reason=f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the "
-                                  f"last switch)", **keep)
+            return keep(f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the last switch)")
         if count < s.consecutive:
-            return Verdict(reason=f"{why}; {count} of {s.consecutive} evaluations agree", **keep)
-        return Verdict(m.time, self.current, choice, why, choice, estimates, m.as_dict())
+            return keep(f"{why}; {count} of {s.consecutive} evaluations agree")
+        return Verdict(m.time, self.current, self.table.plan(choice), why, choice, estimates, measured)

@@ -62,9 +62,13 @@ class NodeView(Protocol):
     executors: int
     queue: int
     resources: dict
-    available: dict
-    load: int
     fields: dict
+
+    @property
+    def available(self) -> dict: ...
+
+    @property
+    def load(self) -> int: ...
 
 
 

@@ -319,8 +319,8 @@ def switches_called_for(table, settings: dict, rates: Sequence[float]) -> list:
             t += s.every_s
             v = controller.evaluate(Measurement(time=t, rate=rate))
             if v.switch_to is not None:
-                controller.switched(v.switch_to, t)
-                out.append((phase, v.switch_to, v.reason))
+                controller.switched(v.switch_to.name, t)
+                out.append((phase, v.switch_to.name, v.reason))
                 break
     return out
 

@@ -32,23 +32,11 @@ import statistics
 import threading
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Sequence
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.workload.specs import TaskSpec
 
-__all__ = ["Monitor", "TaskRecord", "percentiles"]
-
-
-@dataclass(slots=True)
-class TaskRecord:
-    id: str
-    arrival: float
-    dispatched_at: float
-    finished_at: float
-    node: str
-    fields: dict = field(default_factory=dict)
-    submitter: str = ""
+__all__ = ["Monitor", "percentiles"]
 
 
 def _pct(values: List[float], q: float) -> float:
@@ -94,7 +82,7 @@ class Monitor:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.policy_name = policy_name
         self.group_by = group_by
-        self._done: Deque[TaskRecord] = deque(maxlen=keep)
+        self._done: Deque[Tuple[float, TaskSpec]] = deque(maxlen=keep)  # (finished at, the task as it ran)
         self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
         self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
         self._groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0, 0])  # arrivals, decided, finished, dropped
@@ -132,13 +120,14 @@ class Monitor:
             for group in groups:
                 self._groups[group][k] += 1
 
-    def finished(self, records: Sequence[TaskRecord]) -> None:
-        """Tasks finished (one call per batch the router harvests)."""
-        groups = self._group_names([r.fields for r in records])
-        duration = sum(max(r.finished_at - r.dispatched_at, 0.0) for r in records)
+    def finished(self, at: float, tasks: Sequence[TaskSpec]) -> None:
+        """Tasks finished at ``at`` (runtime time), each with its measured ``duration`` (one call per batch
+        the router harvests): the recorded workload, as a trace describes one."""
+        groups = self._group_names([t.fields for t in tasks])
+        duration = sum(t.duration for t in tasks)
         with self._lock:
-            self._done.extend(records)
-            self._counts["finished"] += len(records)
+            self._done.extend((at, t) for t in tasks)
+            self._counts["finished"] += len(tasks)
             self._counts["duration_s"] += duration
             for group in groups:
                 self._groups[group][2] += 1
@@ -169,20 +158,35 @@ class Monitor:
         return {"t": time.time(), **counts, "arrival_rate_per_s": (counts["arrivals"] - arrived) / span,
                 "burstiness": _burstiness(recent), "groups": groups}
 
-    def records(self) -> List[TaskRecord]:
+    def report(self, tally: Mapping[Tuple[str, bool], int], generation: int, latencies: List[float],
+               oldest_pending: List[Tuple[str, float]]) -> dict:
+        """What a process reports to its store each second: its :meth:`load`, its tasks pending and
+        running per group (``tally``: (group, placed) -> tasks), the generation of the plan it follows,
+        and the latency of the decisions made in it."""
+        out = self.load()
+        for (group, placed), k in tally.items():
+            g = out["groups"].setdefault(group, {"arrivals": 0, "decided": 0, "finished": 0, "dropped": 0})
+            key = "running" if placed else "pending"
+            g[key] = g.get(key, 0) + k
+        p50, p99 = percentiles(latencies, (0.5, 0.99)) if latencies else (None, None)
+        return {**out, "generation": generation, "decision_p50_s": p50, "decision_p99_s": p99,
+                "oldest_pending": oldest_pending}
+
+    def records(self) -> List[TaskSpec]:
+        """The finished tasks recorded (the last ``keep``), in the order they finished."""
         with self._lock:
-            return list(self._done)
+            return [t for _, t in self._done]
 
     def snapshot(self, router=None, window_s: Optional[float] = None) -> dict:
         """Figures of the recorded run (the last ``window_s`` seconds of arrivals, if given)."""
         with self._lock:
             if window_s is None or not self._arrivals:
                 arrivals = list(self._arrivals)
-                done = list(self._done)
+                done = [d for _, d in self._done]
             else:  # from the newest back, not a copy of up to ``keep`` records (every metrics period)
                 since = self._arrivals[-1][0] - window_s  # (arrivals and finishes are appended in time order)
                 arrivals = list(itertools.takewhile(lambda a: a[0] >= since, reversed(self._arrivals)))[::-1]
-                done = [d for d in itertools.takewhile(lambda d: d.finished_at >= since, reversed(self._done))
+                done = [d for at, d in itertools.takewhile(lambda d: d[0] >= since, reversed(self._done))
                         if d.arrival >= since][::-1]
         arrivals.sort()  # (appended in time order: linear)
         # one pass over each list, not one per group: this runs every metrics period on the
@@ -193,7 +197,7 @@ class Monitor:
         durations_of: Dict[str, List[float]] = defaultdict(list)
         for d in done:
             g = str(d.fields.get(self.group_by, "")) if self.group_by else ""
-            durations_of[g].append(d.finished_at - d.dispatched_at)
+            durations_of[g].append(d.duration)
         groups: Dict[str, dict] = {}
         span = (arrivals[-1][0] - arrivals[0][0]) if len(arrivals) > 1 else 0.0
         for g in sorted(times_of):
@@ -222,9 +226,7 @@ class Monitor:
         """Write the finished tasks as a trace (arrival, measured duration, fields); returns rows."""
         from ray_adaptive.workload.trace import write_trace
 
-        done = sorted(self.records(), key=lambda r: (r.arrival, r.id))
-        specs = [TaskSpec(r.id, r.arrival, max(r.finished_at - r.dispatched_at, 0.0), fields=dict(r.fields),
-                          submitter=r.submitter) for r in done]
+        specs = sorted(self.records(), key=lambda t: (t.arrival, t.id))
         write_trace(path, specs)
         return len(specs)
 

@@ -80,7 +80,7 @@ def _load_trend(e: ir.Expr) -> Optional[str]:
 def ray_may_hold(split: Optional[ScoreSplit]) -> Tuple[bool, str]:
     """Whether the policy whose Score the compiler split as ``split`` can leave tasks to Ray's queue
     when every node is full (see the module doc), and why."""
-    if split is None or split.op != "node":
+    if split is None or split.op != "node" or split.node is None:
         return False, "Score reads the task: a backlog is for the policy to order"
     if _load_trend(split.node) != _UP:
         return False, "Score's node part does not strictly increase with the node's load"

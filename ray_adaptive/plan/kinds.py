@@ -17,8 +17,12 @@ Example:
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any, Type, TypeVar
 
 __all__ = ["Architecture", "Role", "LoadKind", "SyncKind", "Merge"]
+
+
+K = TypeVar("K", bound="_Kind")
 
 
 class _Kind(str, Enum):
@@ -31,7 +35,7 @@ class _Kind(str, Enum):
         return format(self.value, spec)
 
     @classmethod
-    def parse(cls, value) -> "_Kind":
+    def parse(cls: Type[K], value: Any) -> K:
         """The member named by ``value`` (a member or its word)."""
         try:
             return cls(value)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from ray_adaptive.plan.kinds import Architecture, LoadKind, SyncKind
 
@@ -81,7 +81,7 @@ class LoadView:
         return {LoadKind.PROBE: nodes, LoadKind.SAMPLE: min(self.d, nodes), LoadKind.CACHED: 0}[self.kind]
 
     def as_dict(self) -> dict:
-        d = {"kind": self.kind.value}
+        d: Dict[str, Any] = {"kind": self.kind.value}
         if self.kind is LoadKind.SAMPLE:
             d["d"] = self.d
         if self.kind is LoadKind.CACHED:

@@ -49,7 +49,7 @@ class PendingQueue:
     def __init__(self, key: Optional[Callable[[Any], Any]] = None, fifo: bool = False, deadlines: bool = False):
         self._fifo: Optional[Deque] = deque() if fifo else None
         self._grouped = key is not None and not fifo
-        self._key = key if self._grouped else (lambda t: _UNGROUPED)
+        self._key: Callable[[Any], Any] = key if key is not None and self._grouped else (lambda t: _UNGROUPED)
         self._groups: Dict[Any, Tuple[List[tuple], List[Any]]] = {}  # key -> (sort keys, tasks)
         self._deadlines = deadlines
         self.ids: set = set()  # of every pending task

@@ -290,7 +290,7 @@ class Scheduler:
         task = self.running.pop(task_id, None)
         if task is None:
             return None
-        node = self.by_id[task.node]
+        node = self.by_id[task.node]  # type: ignore[index]  # (running: placed)
         node.own -= 1
         if self._on_finish is not None:
             self._on_finish(task, node, now)
@@ -303,7 +303,7 @@ class Scheduler:
         with self._quiet():
             for t in tasks:
                 self.running[t.id] = t
-                node = self.by_id[t.node]
+                node = self.by_id[t.node]  # type: ignore[index]  # (running: placed)
                 node.own += 1
                 if dispatch_hooks and self._on_dispatch is not None:
                     self._on_dispatch(t, node, now)
@@ -316,7 +316,7 @@ class Scheduler:
         """Hand every running task over to another scheduler (the inverse of :meth:`adopt`)."""
         out = list(self.running.values())
         for t in out:
-            self.by_id[t.node].own -= 1
+            self.by_id[t.node].own -= 1  # type: ignore[index]  # (running: placed)
         self.running.clear()
         return out
 

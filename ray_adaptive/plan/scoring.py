@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, cast
 
 import numpy as np
 
@@ -146,7 +146,7 @@ def written_by_hooks(policy: ir.Policy) -> set[str]:
                 yield from targets(st.body)
                 yield from targets(st.orelse)
             elif isinstance(st, ir.Assign):
-                t = st.target
+                t: ir.Expr = st.target
                 while isinstance(t, ir.Index):
                     t = t.base
                 if isinstance(t, ir.StateRef):
@@ -186,7 +186,7 @@ class _Part:
         self.obj = obj
         reads = _state_reads(expr, obj)
         changing = None if reads is None else [r for r in sorted(reads) if r[1] not in fixed]
-        self.key = None if reads is None else self._key_fn(
+        self.key = None if changing is None else self._key_fn(
             ident, changing, _task_attr if obj == "task" else _node_attr)
         self.memo: dict = {}
         self._runners: dict = {}
@@ -234,7 +234,7 @@ class _Part:
             missing = [i for i, v in enumerate(out) if v is None]
             for i, v in zip(missing, self._evaluate(interp, [items[i] for i in missing], now)):
                 out[i] = memo[keys[i]] = v
-        return out
+        return cast(List[float], out)  # (every None filled in)
 
 
 class _LoadTable:
@@ -278,7 +278,7 @@ def _nan_min(a: float, b: float) -> float:
 
 #: op(T, N) on Python floats: IEEE double arithmetic, the very float64 operations Score performs
 #: (a one-sided Score's missing part is 0 for every item)
-_COMBINE = {"+": operator.add, "*": operator.mul, "max": _nan_max, "min": _nan_min,
+_COMBINE: Dict[str, Callable[[Any, Any], Any]] = {"+": operator.add, "*": operator.mul, "max": _nan_max, "min": _nan_min,
             "task": lambda t, n: t, "node": lambda t, n: n}
 
 
@@ -287,7 +287,7 @@ def _infeasible_nan(x: float) -> float:
 
 
 #: op(T, N) over a numpy array of N: the same IEEE double operations, elementwise (NaN propagates as above)
-_COMBINE_VEC = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum,
+_COMBINE_VEC: Dict[str, Callable[..., Any]] = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum,
                 "task": lambda t, n: np.full(len(n), t), "node": lambda t, n: n}
 
 
@@ -336,9 +336,9 @@ class _SplitScores:
         i = rows.index(v)  # the first row holding the minimum: the matrix's row-major first minimum
         t, op = self.t[i], self.op
         if self.vec is not None:
-            row = self.vec(t, self.n)
-            row = np.where(row == row, row, math.inf)
-            return i, int(np.argmin(row))  # the first minimum, as list.index(min(...))
+            vec = self.vec(t, self.n)
+            vec = np.where(vec == vec, vec, math.inf)
+            return i, int(np.argmin(vec))  # the first minimum, as list.index(min(...))
         row = [_infeasible_nan(op(t, x)) for x in self.n]
         return i, row.index(min(row))
 
@@ -373,9 +373,10 @@ class SplitScoring:
 
     def scores(self, interp: Interpreter, rows: Sequence, cands: Sequence, now: float) -> _SplitScores:
         t = self.task.values(interp, rows, now) if self.task else [0.0] * len(rows)
-        if isinstance(cands, NodeSet) and (self.node is None or self.node.table is not None):
-            n = self.node.table.lookup(interp, cands, now) if self.node else np.zeros(len(cands))
-            return _SplitScores(self.op, t, n, self.vec)
+        table = self.node.table if self.node is not None else None
+        if isinstance(cands, NodeSet) and (self.node is None or table is not None):
+            looked_up = table.lookup(interp, cands, now) if table is not None else np.zeros(len(cands))
+            return _SplitScores(self.op, t, looked_up, self.vec)
         n = self.node.values(interp, cands, now) if self.node else [0.0] * len(cands)
         return _SplitScores(self.op, t, n)
 

@@ -135,5 +135,5 @@ class LocalDecider:
     def export(self) -> dict:
         return self.sched.export()
 
-    def close(self) -> None:
+    def close(self, switching: bool = False) -> None:
         """Nothing to stop: this decider has no thread (the router leaves the store)."""

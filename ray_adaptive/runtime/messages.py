@@ -14,11 +14,16 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ray_adaptive.plan.scheduler import TaskState
 
-__all__ = ["Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "Handover", "SyncAnswer", "new_client_id"]
+__all__ = ["Actor", "Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "Handover", "SyncAnswer",
+           "new_client_id"]
+
+#: A handle of one of the runtime's actors (store, selector, placement): its methods are called with
+#: ``.remote()``, which Ray's stubs do not type per method.
+Actor = Any
 
 def new_client_id() -> str:
     """The id a submitting process's messages carry: unique in the cluster (its pid, readable in logs, and a

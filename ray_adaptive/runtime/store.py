@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ray_adaptive._private import gcs_kv
@@ -106,7 +107,7 @@ class StateStore:
             self._cond.notify_all()
 
     def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0,
-              client: Optional[str] = None) -> tuple:
+              client: str = "") -> tuple:
         """``(generation, phase, incarnation, requests, news)``, as soon as any of the first three
         differs from the caller's or an operator asks ``client`` to explain a task (``requests``:
         ``(request id, task id)`` pairs, see :meth:`ask`), or after ``timeout_s``. ``news``, what a
@@ -117,10 +118,11 @@ class StateStore:
             self._cond.wait_for(lambda: (self._config["generation"], self._phase, self.incarnation)
                                 != (generation, phase, incarnation) or self._requests.get(client), timeout=timeout_s)
             g = self._config["generation"]
+            news: Optional[Dict[str, Any]] = None
             if g > generation:
                 news = {"config": self._config, "seen": self._answer(client)}
-            else:
-                news = {"next": self._next} if self._phase == "preparing" else None
+            elif self._phase == "preparing":
+                news = {"next": self._next}
             return g, self._phase, self.incarnation, self._requests.pop(client, []), news
 
     # -- operators --------------------------------------------------------------
@@ -328,10 +330,11 @@ class StoreClient:
     def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0,
                  generation: int = 0):
         self.member, self.spec, self.sched, self.store = member, spec, sched, store
+        self._merge: Mapping[str, str] = spec.merge or {}  # (a replica's spec has its merge rules)
         self.generation = generation  # of the plan this replica belongs to
         self.floor_s = floor_s  # the shortest period between syncs, whatever the plan says
         self._next = 0.0
-        self._inflight = None  # Future of the store's answer to the last push
+        self._inflight: Optional[Future] = None  # the store's answer to the last push
         self._sent: dict = {}  # the State changes of this replica the last push carried
         self._seen: Optional[tuple] = None  # (merged State, others' loads) of the last answer
         self._total: dict = {}  # every State change this replica pushed, merged
@@ -367,16 +370,17 @@ class StoreClient:
             log = self.sched.log
             delta = log.take() if log is not None else {}
             self._before = copy_state(self._total)
-            merge_into(self._total, delta, self.spec.merge)
+            merge_into(self._total, delta, self._merge)
             if self._repush is not None:  # a restarted store has none of what came before its answer
-                merge_into(self._repush, delta, self.spec.merge)
+                merge_into(self._repush, delta, self._merge)
                 delta, self._repush = self._repush, None
             self._sent = delta
             sent = time.perf_counter()
-            self._inflight = self.store.sync.remote(self.member, delta, self.sched.outstanding(),
-                                                    self.generation).future()
+            inflight: Future = self.store.sync.remote(self.member, delta, self.sched.outstanding(),
+                                                      self.generation).future()
             # timed when the answer lands (on Ray's thread), not when a later refresh applies it
-            self._inflight.add_done_callback(lambda _f: self.sync_s.append(time.perf_counter() - sent))
+            inflight.add_done_callback(lambda _f: self.sync_s.append(time.perf_counter() - sent))
+            self._inflight = inflight
             self._next = time.monotonic() + self._period
             self.pushes += 1
             if wait:
@@ -384,6 +388,8 @@ class StoreClient:
 
     def _apply(self) -> None:
         answer, self._inflight = self._inflight, None
+        if answer is None:
+            return
         try:
             reply: SyncAnswer = answer.result()
         except Exception:  # the store died (it restarts: a later answer says so) or is shut down
@@ -401,7 +407,7 @@ class StoreClient:
             news = True
         else:  # the others pushed no State change: the store merged this replica's push only
             expected = copy_state(self._seen[0])
-            merge_into(expected, self._sent, self.spec.merge)
+            merge_into(expected, self._sent, self._merge)
             news = not same_state(state, expected)
         if news:
             self._period = self._base
@@ -415,7 +421,7 @@ class StoreClient:
         log = self.sched.log
         if log is not None:
             merged = copy_state(state)
-            merge_into(merged, log.peek(), self.spec.merge)  # this replica's changes since the push
+            merge_into(merged, log.peek(), self._merge)  # this replica's changes since the push
             self.sched.interp.state.update(merged)
             log.rebase(state)  # (those changes are still to push)
         self.sched.set_others(others)

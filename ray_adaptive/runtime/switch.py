@@ -52,16 +52,39 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
-from ray_adaptive.plan import LoweredPlan, Role, role_specs
+import ray
 
-__all__ = ["PlanWatcher", "switch"]
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.plan import LoweredPlan
+from ray_adaptive.runtime.decider import Decider
+from ray_adaptive.runtime.messages import Actor, SyncAnswer
+from ray_adaptive.runtime.topology import Topology, build_generation
+
+__all__ = ["PlanWatcher", "Follower", "switch"]
 
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0
 PREPARE_TIMEOUT_S = 2.0
+
+
+class Follower(Protocol):
+    """What a :class:`PlanWatcher` drives: its process's :class:`~ray_adaptive.runtime.router.Router`."""
+
+    client: str
+    policy: Policy
+    topology: Topology
+
+    def freeze(self) -> dict:
+        """Stop deciding; what this process holds (for the ack)."""
+        ...
+
+    def resume(self, topology: Topology, seen: Optional[SyncAnswer] = None, decider: Optional[Decider] = None) -> None:
+        ...
+
+    def explain(self, task_id: str) -> dict: ...
 
 
 class PlanWatcher:
@@ -70,14 +93,15 @@ class PlanWatcher:
 
     POLL_S = 2.0
 
-    def __init__(self, router):
+    def __init__(self, router: Follower):
         self._router = router
         self._store = router.topology.store
         self.generation = router.topology.generation
         self._stop = threading.Event()
         self._frozen_for: Optional[int] = None
         self._counts: dict = {}
-        self._prepared: Optional[tuple] = None  # (generation, plan name, topology, decider or None)
+        # (generation, plan name, topology, decider or None)
+        self._prepared: Optional[Tuple[int, str, Topology, Optional[Decider]]] = None
         self._thread = threading.Thread(target=self._run, name="ra-plan-watcher", daemon=True)
         self._thread.start()
 
@@ -85,12 +109,10 @@ class PlanWatcher:
         self._stop.set()
 
     def _run(self) -> None:
-        import ray
-
         known: Tuple = (self.generation, "running", None)
         while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
             try:
-                *status, requests, news = ray.get(
+                generation, phase, incarnation, requests, news = ray.get(
                     self._store.watch.remote(*known, self.POLL_S, self._router.client), timeout=self.POLL_S + 30)
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
@@ -100,12 +122,12 @@ class PlanWatcher:
             for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
                 threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
-                self._follow(*status, news)
+                self._follow(generation, phase, incarnation, news)
             except Exception:  # never leave a frozen process silent: log, and look again
                 log.exception("ray-adaptive: following a live switch of policy %r failed", self._router.policy.name)
                 self._stop.wait(0.1)
                 continue
-            known = status
+            known = (generation, phase, incarnation)
 
     def _explain(self, rid: str, task_id: str) -> None:
         try:
@@ -115,17 +137,15 @@ class PlanWatcher:
         self._store.answer.remote(rid, result)
 
     def _follow(self, generation: int, phase: str, incarnation: str, news: Optional[dict]) -> None:
-        import ray
-
         router, store = self._router, self._store
         if generation > self.generation:  # published: take up the new plan
             cfg = news["config"] if news else ray.get(store.config.remote())
             if self._frozen_for is None:
                 router.freeze()  # (it missed the freeze: taken for dead, its State is not in the handover)
             topo, decider = self._take_prepared(cfg)
-            router.resume(topo, news and news["seen"], decider)
+            router.resume(topo, news["seen"] if news else None, decider)
             self.generation, self._frozen_for = cfg["generation"], None
-        elif phase == "preparing":  # a switch to generation + 1 is coming: make its side of it
+        elif phase == "preparing" and news is not None:  # a switch to generation + 1 is coming: make its side
             if self._prepared is None or self._prepared[0] != generation + 1:
                 self._prepare(news["next"])
             store.prepared.remote(router.client, generation + 1)
@@ -139,8 +159,6 @@ class PlanWatcher:
         """Make the next generation's topology -- and a decentralized plan's decider -- while this
         process still decides under the plan in force: no switch's pause counts it. (A selector's
         client is made at resume: it starts talking to its selector at once.)"""
-        from ray_adaptive.runtime.topology import Topology
-
         try:
             topo = Topology.from_config(cfg, self._store, find_placements=False)
             decider = topo.decider(self._router.client) if topo.selector is None else None
@@ -149,10 +167,8 @@ class PlanWatcher:
             return
         self._prepared = (cfg["generation"], cfg["plan"].name, topo, decider)
 
-    def _take_prepared(self, cfg: dict) -> tuple:
+    def _take_prepared(self, cfg: dict) -> Tuple[Topology, Optional[Decider]]:
         """The published generation's topology and decider: the ones prepared for it, or made now."""
-        from ray_adaptive.runtime.topology import Topology
-
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared[:2] == (cfg["generation"], cfg["plan"].name):
             topo, decider = prepared[2:]
@@ -161,10 +177,8 @@ class PlanWatcher:
         return Topology.from_config(cfg, self._store, find_placements=False), None
 
 
-def _retry(call: Callable, what: str, timeout_s: float = 60.0):
+def _retry(call: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
     """``ray.get(call())``, again while the actor restarts (Ray answers ActorUnavailableError meanwhile)."""
-    import ray
-
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -175,14 +189,14 @@ def _retry(call: Callable, what: str, timeout_s: float = 60.0):
             time.sleep(0.05)
 
 
-def _prepare_all(store, generation: int, config: dict, timeout_s: float) -> list:
+def _prepare_all(store: Actor, generation: int, config: dict, timeout_s: float) -> List[str]:
     """Show every process the next generation's config and wait until each made its side of it, at
     most ``timeout_s``: one slow to, makes it when it resumes. Return those that did not."""
     clients = _retry(lambda: store.prepare.remote(generation, config), "the state store")
     return _retry(lambda: store.wait_prepared.remote(generation, clients, timeout_s), "the state store")
 
 
-def _freeze_all(store, generation: int, ack_timeout_s: float) -> Tuple[list, str]:
+def _freeze_all(store: Actor, generation: int, ack_timeout_s: float) -> Tuple[List[str], str]:
     """Announce ``generation`` until every registered process acked under one store incarnation (a
     store that restarts forgets the acks); return the processes that never acked, and that incarnation."""
     deadline = time.monotonic() + ack_timeout_s
@@ -195,10 +209,8 @@ def _freeze_all(store, generation: int, ack_timeout_s: float) -> Tuple[list, str
         log.warning("ray-adaptive: the state store restarted during a live switch: announcing again")
 
 
-def _collect(old, store, incarnation: str) -> Tuple[Optional[dict], bool]:
+def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[dict], bool]:
     """The State of the plan in force, and whether it is exact (see the module doc)."""
-    import ray
-
     state: Optional[dict] = None
     if old.selector is not None:
         try:
@@ -226,14 +238,12 @@ def _collect(old, store, incarnation: str) -> Tuple[Optional[dict], bool]:
     return state, exact
 
 
-def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
-           on_phase: Optional[Callable[[str, object], None]] = None) -> Tuple[object, dict]:
+def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
+           on_phase: Optional[Callable[[str, Topology], None]] = None) -> Tuple[Topology, dict]:
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
     topology and what happened (``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published)."""
-    from ray_adaptive.runtime.topology import build_generation
-
-    def phase(name: str, topo) -> None:
+    def phase(name: str, topo: Topology) -> None:
         if on_phase is not None:
             on_phase(name, topo)
 
@@ -249,15 +259,14 @@ def switch(old, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
     phase("frozen", new)
     state, exact = _collect(old, store, incarnation)
     phase("collected", new)
-    specs = role_specs(plan)
-    initial = (specs.get(Role.SCHEDULERS) or specs[Role.SELECTOR]).scheduler(new.nodes).interp.state
     if not exact:
         state = None
     new.rebuild = not exact
-    if new.selector is not None:
-        _retry(lambda: new.selector.install.remote(state), "the new selector")
-    merge = (specs.get(Role.SCHEDULERS).merge if Role.SCHEDULERS in specs else None)
-    _retry(lambda: store.publish.remote(new.config(), {**initial, **(state or {})}, merge), "the state store")
+    selector = new.selector
+    if selector is not None:
+        _retry(lambda: selector.install.remote(state), "the new selector")
+    _retry(lambda: store.publish.remote(new.config(), {**new.initial_state(), **(state or {})}, new.merge_rules()),
+           "the state store")
     freeze_s = time.perf_counter() - start
     phase("published", new)
     old.retire()

@@ -32,13 +32,16 @@ import itertools
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 from ray_adaptive._private.actors import wait_ready
 from ray_adaptive.plan import LoweredPlan, Role, RoleSpec, lease_spec, role_specs
+from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.local import LocalDecider
+from ray_adaptive.runtime.messages import Actor
 from ray_adaptive.runtime.placement import Placement
-from ray_adaptive.runtime.selector import Selector, SelectorClient
+from ray_adaptive.runtime.selector import Selector
+from ray_adaptive.runtime.selector_client import SelectorClient
 from ray_adaptive.runtime.store import StateStore
 
 __all__ = ["Topology", "build", "join", "NAMESPACE", "actor_name"]
@@ -55,22 +58,38 @@ def actor_name(policy_name: str, role: str, generation: int = 0) -> str:
 
 @dataclass
 class Topology:
-    """The actors of one generation of a running plan (handles), and how processes join it."""
+    """The actors of one generation of a running plan (handles), and how processes join it. The plan's
+    roles (``specs``) and what a lease holder runs (``lease``) are read off the plan once, when made."""
 
     plan: LoweredPlan
-    specs: Dict[Role, RoleSpec]
     nodes: List[dict]
     slots: Dict[str, str]  # node id -> slot resource
     t0: float
-    store: object
-    selector: Optional[object] = None
-    placements: List[object] = field(default_factory=list)
+    store: Actor
+    selector: Optional[Actor] = None
+    placements: List[Actor] = field(default_factory=list)
     generation: int = 0
     rebuild: bool = False  # its State could not be handed over: the processes rebuild it (see switch)
     driver_node: str = ""  # where the selector starts (near the process that built the topology)
     records: int = 0  # decisions each scheduler keeps to explain them (see ray_adaptive.plan.explain)
     overflow: bool = False  # Ray's queue holds a full cluster's tasks (see ray_adaptive.plan.holding)
     found: bool = True  # its placement actors were looked up (see from_config)
+    specs: Dict[Role, RoleSpec] = field(init=False)
+    lease: Optional[RoleSpec] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.specs = role_specs(self.plan, self.overflow)
+        self.lease = lease_spec(self.plan, self.overflow)
+
+    def initial_state(self) -> dict:
+        """The policy's State before any task: where a generation begins when none is handed over."""
+        spec = self.specs.get(Role.SCHEDULERS) or self.specs[Role.SELECTOR]
+        return spec.scheduler(self.nodes).interp.state
+
+    def merge_rules(self) -> Optional[Dict[str, str]]:
+        """How the store merges the replicas' State changes (None: no replicas, the selector's State is exact)."""
+        spec = self.specs.get(Role.SCHEDULERS)
+        return spec.merge if spec is not None else None
 
     def config(self) -> dict:
         """What a process needs to join this generation (kept by the store)."""
@@ -99,7 +118,7 @@ class Topology:
             raise RuntimeError(f"the selector {cfg['selector']!r} of the plan in force is gone")
         placements = [p for p in map(_find, cfg.get("placements", [])) if p is not None] if find_placements else []
         overflow = cfg.get("overflow", False)
-        return cls(cfg["plan"], role_specs(cfg["plan"], overflow), cfg["nodes"], cfg["slots"], cfg["t0"], store,
+        return cls(cfg["plan"], cfg["nodes"], cfg["slots"], cfg["t0"], store,
                    selector, placements, cfg.get("generation", 0), cfg.get("rebuild", False),
                    cfg.get("driver_node", ""), cfg.get("records", 0), overflow, found=find_placements)
 
@@ -113,11 +132,10 @@ class Topology:
     def actors(self) -> list:
         return [a for a in (self.store, self.selector, *self._placements()) if a is not None]
 
-    def decider(self, client: str) -> Union[LocalDecider, SelectorClient]:
+    def decider(self, client: str) -> Decider:
         """Process ``client``'s way of getting decisions under this generation."""
         if self.selector is not None:
-            return SelectorClient(client, self.selector, lease_spec(self.plan, self.overflow), self.nodes, self.t0,
-                                  self.records)
+            return SelectorClient(client, self.selector, self.lease, self.nodes, self.t0, self.records)
         return LocalDecider(client, self.specs[Role.SCHEDULERS], self.nodes, self.store, self.t0, self.generation,
                             self.records)
 
@@ -158,7 +176,7 @@ class Topology:
                 max_restarts=-1, scheduling_strategy=_near(self.driver_node),
             ).remote(specs[Role.SELECTOR], list(nodes),
                      [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
-                     lease=lease_spec(plan, self.overflow) is not None, awaiting_state=g > 0, records=self.records)
+                     lease=self.lease is not None, awaiting_state=g > 0, records=self.records)
         wait_ready(a for a in (self.selector, *self.placements) if a is not None)
 
     def retire(self) -> None:
@@ -194,15 +212,11 @@ def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], drive
     holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`)."""
     import ray
 
-    specs = role_specs(plan, overflow)
-    t0 = time.time()
-    replicated = specs.get(Role.SCHEDULERS)
-    merge = replicated.merge if replicated is not None else None
-    initial = (replicated or specs[Role.SELECTOR]).scheduler(nodes).interp.state
-    topo = build_generation(plan, 0, nodes, slots, t0, None, driver_node, records, overflow)
+    topo = build_generation(plan, 0, nodes, slots, time.time(), None, driver_node, records, overflow)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
-        max_restarts=-1, scheduling_strategy=_near(driver_node)).remote(topo.config(), initial, merge)
+        max_restarts=-1, scheduling_strategy=_near(driver_node),
+    ).remote(topo.config(), topo.initial_state(), topo.merge_rules())
     topo.store = store
     wait_ready([store])
     topo.start_actors()
@@ -226,11 +240,11 @@ def _near(node_id: str):
 
 
 def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[dict], slots: Dict[str, str], t0: float,
-                     store, driver_node: str, records: int = 0, overflow: bool = False) -> Topology:
+                     store: Actor, driver_node: str, records: int = 0, overflow: bool = False) -> Topology:
     """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
     (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
-    return Topology(plan, role_specs(plan, overflow), list(nodes), dict(slots), t0, store, generation=generation,
-                    driver_node=driver_node, records=records, overflow=overflow)
+    return Topology(plan, list(nodes), dict(slots), t0, store, generation=generation, driver_node=driver_node,
+                    records=records, overflow=overflow)
 
 
 JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts

@@ -123,12 +123,13 @@ class AdaptiveRun:
             self._switch(verdict, m, now)
 
     def _switch(self, verdict: Verdict, m: Measurement, now: float) -> None:
-        plan = self.plans.get(verdict.switch_to)
+        assert verdict.switch_to is not None
+        plan = self.plans.get(verdict.switch_to.name)
         if plan is None:
             self.unswitchable.append(verdict)
             return
         info = self.sim.switch(plan, now, self.pause_s)
-        self.controller.switched(verdict.switch_to, now, self.pause_s)
+        self.controller.switched(verdict.switch_to.name, now, self.pause_s)
         self._due = max(self._due, now + self.pause_s)  # (no evaluation during the pause)
         self.history.append(Switch(now, info["from"], info["to"], verdict.reason, m.rate, self.pause_s,
                                    info["undecided"], info["on_nodes"]))

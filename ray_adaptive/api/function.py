@@ -1,0 +1,129 @@
+"""``@ra.policy(name)``: a ``@ray.remote`` function whose tasks a running policy places."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future
+from typing import Any, Dict, Mapping, Optional
+
+from ray.remote_function import RemoteFunction
+
+from ray_adaptive._private.submit import launcher
+from ray_adaptive.api.fields import check_fields
+from ray_adaptive.api.lifecycle import registered, runtime_of
+from ray_adaptive.api.runtime import PolicyRuntime
+from ray_adaptive.dsl.ir import Policy
+
+__all__ = ["PolicyFunction", "policy"]
+
+# Options that would take placement away from the policy.
+_PLACEMENT_OPTIONS = ("scheduling_strategy", "placement_group", "placement_group_bundle_index",
+                      "placement_group_capture_child_tasks")
+
+
+class PolicyFunction:
+    """A ``@ray.remote`` function whose placement a policy decides. Made by :func:`policy`."""
+
+    def __init__(self, remote_fn: RemoteFunction, policy_name: str, task: Optional[Mapping[str, Any]] = None,
+                 options: Optional[Dict[str, Any]] = None, deadline_s: float = math.inf):
+        self._fn = remote_fn
+        self._policy = policy_name
+        self._task = dict(task or {})
+        self._options = dict(options or {})
+        self._deadline_s = deadline_s
+        self._bound: dict = {}
+        self._bound_key: Optional[tuple] = None
+        self._bound_slots: Optional[dict] = None  # the slot mapping _bound was made for (its identity)
+        self._checked: Optional[Policy] = None  # the policy the fields were checked against
+
+    def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
+                **ray_options: Any) -> "PolicyFunction":
+        """Ray's own task options plus ``task=``, the policy's Task fields, and ``deadline_s``: a task
+        the policy has not placed that many seconds after its submission is dropped, never
+        launched (its ``.remote()``, or its Future's ``result()``, raises
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` at the deadline), the overload
+        behaviour of the compiler's cluster model."""
+        bad = [k for k in _PLACEMENT_OPTIONS if k in ray_options]
+        if bad:
+            raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the task itself")
+        if task is not None and not isinstance(task, Mapping):
+            raise TypeError(f"task= must be a dict of the policy's Task fields, got {task!r}")
+        if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float))
+                                       or not deadline_s > 0):
+            raise ValueError(f"deadline_s must be a number of seconds > 0, got {deadline_s!r}")
+        self._fn.options(**ray_options)  # let Ray validate its own options now
+        merged = {**self._options, **ray_options}
+        return PolicyFunction(self._fn, self._policy, {**self._task, **(task or {})}, merged,
+                              self._deadline_s if deadline_s is None else float(deadline_s))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """Submit and return the task's ``ray.ObjectRef`` once the policy has placed it."""
+        return self._route(args, kwargs, wait=True)
+
+    def submit(self, *args: Any, **kwargs: Any) -> Future:
+        """Queue the task; returns a Future of its ObjectRef (resolved when placed)."""
+        return self._route(args, kwargs, wait=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a policy-decorated remote function is called with .remote(...), as with Ray")
+
+    def _route(self, args: tuple, kwargs: dict, wait: bool) -> Any:
+        """Hand this call to the policy's router (its fields checked first): the ObjectRef once
+        placed (``wait``), else a Future of it. What does not change between calls -- the
+        runtime, the fields' check against its policy, the per-node bound functions -- is
+        looked up once, not per task."""
+        rt = registered(self._policy) or runtime_of(self._policy)
+        if self._checked is not rt.policy:
+            check_fields(rt.policy.task_fields, self._task, f"task for policy {self._policy!r}", "task")
+            self._checked = rt.policy
+        bound = self._bound_per_node(rt)
+
+        def launch(node_id: str) -> Any:
+            return bound[node_id](args, kwargs)
+
+        # (the fields are this object's own copy, read-only from here: every task shares them)
+        # (``bound``'s identity: tasks Ray queues alike, one function and options; see runtime.harvest)
+        if wait:
+            return rt.router.call(self._task, launch, self._deadline_s, id(bound))
+        return rt.router.submit(self._task, launch, self._deadline_s, id(bound))
+
+    def _bound_per_node(self, rt: PolicyRuntime) -> dict:
+        """node id -> ``launch(args, kwargs)`` of this function with its options and that node's
+        slot, made once per runtime: Ray's ``.options()`` costs more than the decision itself,
+        and its ``.remote()`` redoes per call what depends on the options only (see
+        :mod:`ray_adaptive._private.submit`). Keyed by the exact node -> slot mapping, so a
+        restarted policy never reuses a stale binding."""
+        slots = rt.slots
+        if slots is self._bound_slots:
+            return self._bound
+        key = tuple(slots.items())
+        if self._bound_key != key:
+            user_resources = self._options.get("resources") or {}
+            base = {k: v for k, v in self._options.items() if k != "resources"}
+            self._bound = {node: launcher(self._fn.options(**base, resources={**user_resources, slot: 1}))
+                           for node, slot in slots.items()}
+            self._bound_key = key
+        self._bound_slots = slots
+        return self._bound
+
+
+def policy(name: str):
+    """Decorate a ``@ray.remote`` function so that policy ``name`` places its tasks.
+
+    Put it above ``@ray.remote``::
+
+        @ra.policy("drf_lb")
+        @ray.remote(num_cpus=1)
+        def work(x): ...
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"@ra.policy takes a policy name, got {name!r}")
+
+    def wrap(remote_fn: Any) -> PolicyFunction:
+        if not isinstance(remote_fn, RemoteFunction):
+            raise TypeError(
+                f"@ra.policy({name!r}) must decorate a @ray.remote function (put it above @ray.remote); got {remote_fn!r}"
+            )
+        return PolicyFunction(remote_fn, name)
+
+    return wrap

@@ -1,0 +1,215 @@
+"""A running policy as one process sees it: :class:`PolicyRuntime`."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+import ray
+
+from ray_adaptive.control_loop import ControlLoop
+from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.monitor import Monitor, percentiles
+from ray_adaptive.plan import Plan
+from ray_adaptive.runtime.binding import SlotBinding
+from ray_adaptive.runtime.router import Router
+from ray_adaptive.runtime.switch import switch
+from ray_adaptive.runtime.topology import Topology
+from ray_adaptive.workload.specs import TaskSpec
+
+if TYPE_CHECKING:
+    from ray_adaptive.compiler import Analysis
+
+__all__ = ["PolicyRuntime"]
+
+log = logging.getLogger("ray_adaptive")
+
+
+class PolicyRuntime:
+    """A policy running on the connected cluster (see :func:`ray_adaptive.start`), as this process sees it.
+
+    ``binding`` is None in a process that joined a runtime another one started.
+    ``plan`` / ``why``: the plan in force and why it was chosen; ``history``: every live switch
+    this process made (see :meth:`switch`); ``holding``: who holds tasks while every node is
+    full, and why (``hold=`` of :func:`~ray_adaptive.start`).
+    """
+
+    def __init__(self, policy: Policy, analysis: "Optional[Analysis]", why: str, router: Router,
+                 binding: Optional[SlotBinding] = None, holding: str = ""):
+        self.policy = policy
+        self.why = why
+        self.router = router
+        self.binding = binding
+        self.holding = holding
+        self.control_loop: Optional[ControlLoop] = None  # plan="adaptive": the controller's loop
+        self._analysis = analysis  # (the compiler's analysis of the policy, for switches: the starting process's)
+        self._history: List[dict] = []
+        self._switching = threading.Lock()
+        self._owned: Optional[Topology] = None  # the topology this process built last (it owns its actors)
+
+    def __repr__(self) -> str:
+        return f"PolicyRuntime({self.name!r}, plan={self.plan.name!r})"
+
+    @property
+    def plan(self) -> Plan:
+        """The plan in force (as this process's router follows it)."""
+        return self.topology.plan.plan
+
+    @property
+    def topology(self) -> Topology:
+        """The plan in force's actors, as this process's router follows them."""
+        return self.router.topology
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    @property
+    def slots(self) -> Dict[str, str]:
+        return self.topology.slots
+
+    @property
+    def monitor(self) -> Monitor:
+        """The :class:`~ray_adaptive.monitor.Monitor` of this process's submissions."""
+        assert self.router.monitor is not None  # (every runtime's router has one)
+        return self.router.monitor
+
+    def stats(self) -> dict:
+        """Counts so far (this process's submissions) and decision latency percentiles (seconds)."""
+        s = self.router.stats
+        p50, p99 = percentiles(self.router.decision_latencies(), (0.5, 0.99))
+        return {"plan": self.plan.name, "architecture": self.plan.architecture,
+                "held_by": "ray" if self.topology.overflow else "caller", "submitted": s.submitted,
+                "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
+                "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
+
+    def export(self) -> dict:
+        """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
+        return {"plan": self.plan.name, "caller": self.router.export(), **self.topology.export()}
+
+    @property
+    def history(self) -> List[dict]:
+        """Every live switch made from this process: when, from, to, why, the estimates that decided it,
+        how long processes were frozen (``freeze_s``) and the pause this process's callers saw
+        (``pause_s``: its last decision under the old plan to its first under the new; None while
+        no task waited for it)."""
+        pauses = dict(self.router.gate.pauses)
+        return [{**e, "pause_s": pauses.get(e["generation"])} for e in self._history]
+
+    @property
+    def evaluations(self) -> list:
+        """The adaptive controller's recent verdicts (empty unless ``plan="adaptive"``)."""
+        return list(self.control_loop.evaluations) if self.control_loop is not None else []
+
+    def switch(self, plan: Any, reason: str = "forced", *, estimates: Optional[dict] = None,
+               measured: Optional[dict] = None, _on_phase=None) -> dict:
+        """Replace the plan in force by ``plan`` (a :class:`~ray_adaptive.plan.Plan`, or anything
+        :func:`~ray_adaptive.start` takes as a plan) live: no task lost, none run twice; running tasks
+        finish under the new plan. Only the process that started the runtime switches. Returns the
+        entry appended to :attr:`history`.
+
+        Example::
+
+            rt = ra.start("drf_lb", plan="centralized")
+            ...
+            rt.switch("hybrid")
+        """
+        # (the compiler -- and the simulator it stands on -- is imported only where a plan is chosen: a
+        # process that joins a runtime, a task submitting policy tasks, never pays for it)
+        from ray_adaptive.compiler import lower, select_plan
+
+        if self.binding is None or self._analysis is None:
+            raise RuntimeError(f"only the process that started policy {self.name!r} can switch its plan")
+        with self._switching:
+            if self.router.closed:
+                raise RuntimeError(f"policy {self.name!r} is shut down: there is no plan to switch")
+            old = self.topology
+            n = old.nodes
+            chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0]["executors"],
+                                      queue=n[0]["queue"], analysis=self._analysis)
+            if chosen.name == self.plan.name:
+                raise ValueError(f"plan {chosen.name!r} is already in force")
+            before, start = self.plan.name, time.time()
+            new, what = switch(old, lower(chosen, self._analysis), on_phase=_on_phase)
+            self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
+            self.router.wait_generation(new.generation)
+            entry = {"time": start, "generation": new.generation, "from": before, "to": chosen.name,
+                     "reason": reason, "estimates": estimates or {}, "measured": measured or {},
+                     "freeze_s": what["freeze_s"], "exact": what["exact"], "unacked": what["unacked"]}
+            log.info("ray-adaptive: policy %r switched from %s to %s in %.3f s: %s", self.name, before,
+                     chosen.name, what["freeze_s"], reason)
+            self.why = f"switched ({reason}): {why}"
+            self._history.append(entry)
+            self.publish_info()
+        if self.control_loop is not None:
+            self.control_loop.switched(chosen.name)
+        return entry
+
+    def why_pending(self, task: Any) -> dict:
+        """Why a task submitted from this process is not placed yet, in words (``why``) and as data
+        (``reason``: no-room, infeasible -- with the policy's FILE:LINE that said inf --, ranked --
+        behind how many tasks, its best and the winning scores --, next, deadline, switching).
+        ``task``: a task id, or the Future :meth:`PolicyFunction.submit` returned."""
+        return self.router.explain(self._task_id(task))
+
+    def why_placed(self, task: Any) -> dict:
+        """Where a task of this process was placed and why: its score on each candidate node at the
+        moment of the decision and the runner-up (from the deciding scheduler's recent decisions,
+        ``decision_records`` of :func:`~ray_adaptive.start`). ``task``: a task id, its Future, or its
+        ObjectRef while it runs."""
+        return self.router.explain(self._task_id(task))
+
+    def _task_id(self, task: Any) -> str:
+        if isinstance(task, str):
+            return task
+        if isinstance(task, Future) and hasattr(task, "task_id"):
+            return task.task_id
+        found = self.router.task_id_of(task)
+        if found is None:
+            raise ValueError(f"{task!r} is not a task of this process that runs now: give its task id or its Future")
+        return found
+
+    def publish_info(self, **extra: Any) -> None:
+        """Tell the store what operators see of this runtime (``ray-adaptive status``): why this plan,
+        the switches, the estimates."""
+        self.topology.store.set_info.remote({"why": self.why, "history": self.history[-20:], **extra})
+
+    def pauses(self) -> Dict[int, float]:
+        """Generation -> the pause this process's callers saw at that switch: its last decision under
+        the old plan to its first under the new one (seconds; only switches while tasks waited)."""
+        return {g: p for g, p in self.router.gate.pauses}
+
+    def pause_parts(self) -> Dict[int, Dict[str, float]]:
+        """Generation -> where that switch's pause (:meth:`pauses`) went, in seconds: ``idle`` (no
+        decision here between the last one and the freeze: e.g. every node was full), ``frozen``
+        (the switch itself, freeze to resume) and ``after`` (resumed to the first decision)."""
+        return {g: {"idle": i, "frozen": f, "after": a} for g, i, f, a in self.router.gate.pause_parts}
+
+    # -- what the control loop reads (see ray_adaptive.control_loop.ControlledRuntime) -------------
+    def cluster_loads(self) -> Dict[str, dict]:
+        return ray.get(self.topology.store.loads.remote(), timeout=30)
+
+    def recorded_tasks(self, since: float) -> List[TaskSpec]:
+        return [t for t in self.monitor.records() if t.arrival >= since]
+
+    def clock(self) -> float:
+        return self.router.now()
+
+    def show_evaluation(self, evaluation: dict, estimated_goodput: Optional[float]) -> None:
+        self.monitor.set_estimate(estimated_goodput)
+        self.topology.store.set_info.remote({"evaluation": evaluation})
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
+        process also removes the actors and the slots."""
+        if self.control_loop is not None:
+            self.control_loop.stop()
+        self.router.close(timeout)
+        if self.binding is not None:
+            if self._owned is not None and self._owned.generation != self.router.topology.generation:
+                self._owned.retire()  # (a switch this router never took up: its actors go too)
+            self.router.topology.close()
+            self.binding.close()

@@ -1,0 +1,347 @@
+"""A submitting process's side of the selector: tasks in batches, one call in flight, decisions back.
+
+While a call to the selector is in flight, new submissions accumulate; the
+next call carries them all, so a loop of submissions costs one round trip
+per batch, not per task. Finish notifications go as they are collected (one
+call per batch of completions), fire and forget.
+
+While this process holds the selector's lease (:mod:`ray_adaptive.runtime.lease`),
+the selector's scheduler runs here instead: the whole policy over every
+node, so ``.remote()`` decides in the caller's thread, and the client thread
+only keeps the long poll through which a recall comes.
+
+**A restarted selector** knows nothing of this process's tasks. Each answer
+names the selector's incarnation; when it changes, the next call sends every
+task still undecided again, and the tasks decided and not finished as a
+``rebuild`` handback (with the nodes seen dead), so the new selector counts
+their room and rebuilds State by their OnDispatch. A task is launched once:
+only on the first decision for it. A process with tasks running and nothing
+to submit would see no answer, so it asks every ``IDLE_CHECK_S`` (an empty
+exchange): the running tasks go back within that of the restart, well inside
+the restarted selector's quiet time before any lease, and not only when the
+process next submits -- until then, their room would be free there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+import ray
+
+from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.runtime.decider import Decided
+from ray_adaptive.runtime.lease import HeldLease
+from ray_adaptive.runtime.messages import Decisions, Handback, Handover, Lease, Recall, Reply, SyncAnswer
+from ray_adaptive.runtime.store import ping
+
+__all__ = ["SelectorClient"]
+
+
+class SelectorClient:
+    """The selector's client in a submitting process (see the module doc): a :class:`~ray_adaptive.runtime.decider.Decider`."""
+
+    thread_safe = True  # locks itself (its client thread shares it)
+    IDLE_CHECK_S = 0.25
+    _FINISHING_KEPT = 64
+
+    def __init__(self, client: str, selector: Any, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float,
+                 records: int = 0):
+        """``lease_spec``: what this process runs while it holds the selector's lease (None: the selector
+        never leases)."""
+        self.client = client
+        self._records = records
+        self._lease_spec = lease_spec
+        self._nodes = list(nodes)
+        self._node_ids = [n["id"] for n in nodes]
+        self._dead: set = set()
+        self._t0 = t0
+        self._selector = selector
+        self._cond = threading.Condition()
+        self._out: List[TaskState] = []
+        self._sent: Dict[str, TaskState] = {}  # submitted, not decided yet
+        self._running: Dict[str, TaskState] = {}  # decided by the selector (or handed back to it), not finished
+        self._incarnation: Optional[str] = None  # of the selector that answered last
+        self._resync = False  # the selector restarted: send it what it lost
+        self._lease: Optional[HeldLease] = None  # the selector's scheduler, while this process holds its lease
+        self._lease_latencies: Deque[float] = deque(maxlen=100_000)  # its decisions' latencies, over every lease
+        self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
+        self._finishing: List[Any] = []  # refs of the finish notifications the selector may not have applied yet
+        self._handover: Optional[Handback] = None  # a live switch's: running tasks for the selector of the new plan
+        self._freezing = False  # a live switch: stop talking to the selector (see freeze)
+        self._parked = False  # the client thread has stopped, no call in flight
+        self._closed = False
+        self.on_decided: Decided = lambda tasks: None
+        self.exchanges = itertools.count()
+        self.leases = 0
+        self._thread = threading.Thread(target=self._run, name="ra-selector-client", daemon=True)
+        self._thread.start()
+
+    @property
+    def remote(self) -> bool:
+        """Whether decisions come from the selector actor (else from this process, under a lease)."""
+        return self._lease is None
+
+    def now(self) -> float:
+        return time.time() - self._t0
+
+    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        with self._cond:
+            if self._lease is not None:
+                return self._lease.submit(tasks, self.now())
+            self._out.extend(tasks)
+            self._cond.notify()
+        return []
+
+    def finished(self, ids: Sequence[str]) -> List[TaskState]:
+        if not ids:
+            return []
+        with self._cond:
+            for tid in ids:
+                self._running.pop(tid, None)
+            if self._lease is not None:
+                return self._lease.finished(ids, self.now())
+            if self._held_finishes is not None:  # a handback is on its way: these must not overtake it
+                self._held_finishes.extend(ids)
+                return []
+        # its own call, not queued behind the long poll in flight: the room it frees may be
+        # exactly what that poll waits for
+        self._notify_finished(list(ids))
+        return []
+
+    def _notify_finished(self, ids: List[str]) -> None:
+        ref = self._selector.finished.remote(ids)
+        with self._cond:  # (kept until done: a live switch waits for them; see freeze)
+            self._finishing.append(ref)
+            if len(self._finishing) > self._FINISHING_KEPT:  # (those done, dropped in one look)
+                self._finishing = _not_done(self._finishing)
+
+    def tick(self) -> List[TaskState]:
+        return []
+
+    def _run(self) -> None:
+        while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
+            with self._cond:
+                while self._freezing and self._lease is None and not self._closed:  # (a lease goes back first)
+                    self._parked = True
+                    self._cond.notify_all()
+                    self._cond.wait()
+                while not (self._out or self._sent or self._lease is not None or self._resync
+                           or self._handover or self._freezing) and not self._closed:
+                    if not self._running:
+                        self._cond.wait()
+                    elif not self._cond.wait(self.IDLE_CHECK_S):
+                        break  # idle with tasks running: is the selector the one that knows them?
+                if self._closed:
+                    return
+                if self._freezing and self._lease is None:
+                    continue
+                leased = self._lease is not None
+                out, self._out = ([], self._out) if leased else (self._out, [])
+                for t in out:
+                    self._sent[t.id] = t
+                rebuild = None
+                if self._handover is not None and not leased:  # a live switch: what this process holds
+                    out, rebuild, self._handover = list(self._sent.values()), self._handover, None
+                elif self._resync and not leased:  # the selector restarted: all it lost of ours, again
+                    out = list(self._sent.values())
+                    rebuild = Handback(list(self._running.values()), sorted(self._dead), rebuild=True)
+                    self._held_finishes = []  # finishes must not overtake the handback
+            try:
+                try:
+                    reply = ray.get(self._selector.exchange.remote(self.client, out, rebuild))
+                finally:
+                    if rebuild is not None:
+                        self._release_held_finishes()
+                next(self.exchanges)
+                # recalled, freezing for a switch -- or no longer the holder at all (the selector gave up
+                # on us): hand back
+                if leased and (self._freezing or not (isinstance(reply, Recall) and not reply.recalled)):
+                    reply = self._hand_back()
+            except Exception:  # the selector died (it restarts; the next answer says so) or is shut down
+                with self._cond:
+                    if self._closed:
+                        return
+                time.sleep(0.05)
+                continue
+            with self._cond:
+                if rebuild is not None:
+                    self._resync = False
+                seen = reply.incarnation if reply is not None else None
+                if seen is not None:
+                    if self._incarnation is not None and seen != self._incarnation:
+                        self._resync = True  # (this answer's decisions still count: the new one made them)
+                        self._cond.notify()
+                    self._incarnation = seen
+            if isinstance(reply, Lease):
+                decided = self._take_lease(reply)
+            else:
+                stray: List[str] = []
+                decided = []
+                with self._cond:
+                    for tid, node in reply.decisions if isinstance(reply, Decisions) else ():
+                        got = self._sent.pop(tid, None)
+                        if got is None:  # decided already (sent again after a restart): launch it once
+                            stray.append(tid)
+                            continue
+                        got.node = node
+                        if node is not None:
+                            self._running[tid] = got
+                        decided.append(got)
+                if stray:  # the room the second decision holds goes back
+                    self._notify_finished(stray)
+            if decided:
+                self.on_decided(decided)
+
+    def _take_lease(self, lease: Lease) -> List[TaskState]:
+        """Become the selector: its State, this process's tasks back, decided here from now on."""
+        assert self._lease_spec is not None  # (a selector that leases was given its spec)
+        with self._cond:
+            held = HeldLease(self._lease_spec, self._nodes, lease, self._dead, self._lease_latencies, self._records)
+            # every undecided task of ours (those sent to an incarnation that died, too; _out: submitted while
+            # the lease was on its way), and those running still that an incarnation that died decided
+            decided = held.take([*self._sent.values(), *self._out], list(self._running.values()), self.now())
+            self._sent, self._out = {}, []
+            self._running.clear()
+            self._resync = False
+            self._lease = held
+            self.leases += 1
+            return decided
+
+    def _hand_back(self, with_pending: bool = True) -> Optional[Reply]:
+        """Recalled: give the selector State, the running tasks and the pending ones, in one call
+        (finishes meanwhile are held until it has landed, so none overtakes it). At close, the
+        pending tasks stay behind: the router has cancelled them."""
+        with self._cond:
+            held, self._lease = self._lease, None
+            if held is None:
+                return None
+            pending, handback = held.hand_back(with_pending)
+            for t in pending:
+                self._sent[t.id] = t
+            self._running.update((t.id, t) for t in handback.running)  # the selector's from now on
+            self._held_finishes = []
+        try:
+            return ray.get(self._selector.exchange.remote(self.client, pending, handback))
+        finally:
+            self._release_held_finishes()
+
+    def _release_held_finishes(self) -> None:
+        with self._cond:
+            held, self._held_finishes = self._held_finishes, None
+        if held:
+            self._notify_finished(held)
+
+    # -- live switches --------------------------------------------------------
+    def freeze(self, timeout_s: float = 30.0) -> Handover:
+        """Stop talking to the selector -- a lease held here goes back first, a call in flight lands, the
+        finish notifications sent have been applied -- and hand the undecided tasks over: those the
+        selector has (their OnArrival is in its State) and those it never got."""
+        with self._cond:
+            self._freezing = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._parked or self._closed, timeout=timeout_s)
+            finishing, self._finishing = self._finishing, []
+        try:
+            ray.get(finishing, timeout=timeout_s)
+        except Exception:
+            pass  # the selector died: the switch finds it restarted, and its successor rebuilds State
+        with self._cond:
+            return Handover(arrived=list(self._sent.values()), new=list(self._out))
+
+    def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
+               rebuild: bool, seen: Optional[SyncAnswer] = None) -> List[TaskState]:
+        """Hand what the replaced plan's decider held to this selector, with the next exchange: the
+        running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones.
+        (``seen``, the store's State as of the publish, is for deciders that sync with the store.)"""
+        with self._cond:
+            self._running = {t.id: t for t in running}
+            for t in (*arrived, *new):
+                self._sent[t.id] = t
+            self._handover = Handback(list(running), sorted(self._dead), rebuild=rebuild,
+                                      arrived=[] if rebuild else [t.id for t in arrived])
+            self._held_finishes = []  # finishes must not overtake the handover
+            self._cond.notify()
+        return []
+
+    def mark_dead(self, node_id: str) -> None:
+        with self._cond:
+            self._dead.add(node_id)
+            if self._lease is not None:
+                self._lease.mark_dead(node_id)
+        self._selector.mark_dead.remote(node_id)
+
+    def node_ids(self) -> List[str]:
+        return list(self._node_ids)
+
+    def explain(self, task_id: str) -> Optional[dict]:
+        """Why a task of this process is pending, or its decision record: the selector's answer, or,
+        under a lease, this process's own scheduler's (see :mod:`ray_adaptive.plan.explain`)."""
+        with self._cond:
+            if any(t.id == task_id for t in self._out):
+                return {"state": "pending", "task": task_id, "reason": "sending",
+                        "why": "submitted, on its way to the selector with the next call"}
+            if self._lease is not None:
+                return self._lease.explain(task_id, self.now())
+        return ray.get(self._selector.explain.remote(task_id), timeout=30)
+
+    def decision_latencies(self) -> List[float]:
+        local = self.leased_decision_latencies()
+        try:
+            return ray.get(self._selector.decision_latencies.remote(), timeout=10) + local
+        except Exception:  # the selector is gone (a switch retired it, or shutdown): what this process made
+            return local
+
+    def leased_decision_latencies(self) -> List[float]:
+        """The latencies of the decisions this process made under the selector's lease, oldest first
+        (the selector's own: :meth:`Selector.decision_latencies`); no call to the actor."""
+        with self._cond:
+            return list(self._lease_latencies)
+
+    def ping(self, record: Callable[[float], None]) -> None:
+        """Time an empty call to the selector; see :func:`~ray_adaptive.runtime.store.ping`."""
+        ping(self._selector, record)
+
+    def store_latencies(self) -> List[float]:
+        return []  # the selector's clients never sync with the store
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._out) + len(self._sent) + (self._lease.pending if self._lease is not None else 0)
+
+    def export(self) -> dict:
+        with self._cond:
+            out: Dict[str, Any] = {"pending": [t.export() for t in (*self._sent.values(), *self._out)]}
+            if self._lease is not None:
+                out["lease"] = self._lease.export()
+            return out
+
+    def close(self, switching: bool = False) -> None:
+        """Stop; a lease goes back to the selector first (other processes may still use it), and the
+        selector forgets this process's tasks still pending there (the router has cancelled them).
+        ``switching``: a live switch replaced this client's selector: just stop the thread."""
+        with self._cond:
+            leased = self._lease is not None
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+        if switching:
+            return
+        try:
+            if leased:
+                self._hand_back(with_pending=False)
+            ray.get(self._selector.forget.remote(self.client), timeout=5)
+        except Exception:
+            pass  # the selector is gone (shutdown) or stuck: nothing of ours can be decided there
+        with self._cond:
+            self._sent.clear()
+            self._out.clear()
+
+
+
+def _not_done(refs: List[Any]) -> List[Any]:
+    return ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[1]

@@ -1,0 +1,224 @@
+"""A submitting process's book of its tasks: each launched once, or settled without running.
+
+The book holds the tasks from submission until harvested, and runs the
+cycle every decision goes through: *claimed* under the router's lock (a
+task past its deadline, or already settled, is set aside), *fired* outside
+it (submitted to Ray with its node's slot, so deciding and launching
+overlap), then counted launched in one lock round; a task never to be
+launched (dropped at its deadline, refused by Ray) is *settled* -- its
+caller told -- and the room its decision held goes back to the decider, as
+a finish would give it. Every method but :meth:`fire` and :meth:`launch`
+expects the router's lock held.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ray_adaptive.errors import PlacementDeadlineExceeded
+from ray_adaptive.monitor import Monitor
+from ray_adaptive.plan import TaskState
+from ray_adaptive.runtime.deadlines import DeadlineClock
+from ray_adaptive.runtime.decider import Decider
+from ray_adaptive.runtime.harvest import Harvester
+from ray_adaptive.runtime.routed import RoutedTask, RouterStats
+from ray_adaptive.runtime.switch_gate import SwitchGate
+from ray_adaptive.workload.specs import TaskSpec
+
+__all__ = ["TaskBook"]
+
+
+class TaskBook:
+    """The tasks submitted and not finished (by id), how many run on each node, and their launch cycle."""
+
+    def __init__(self, policy_name: str, client: str, lock: threading.Condition, decider: Decider,
+                 generation: int, harvester: Harvester, gate: SwitchGate, deadlines: DeadlineClock,
+                 stats: RouterStats, monitor: Optional[Monitor]):
+        self._policy = policy_name
+        self._client = client
+        self._ids = itertools.count()
+        self._lock = lock
+        self.decider = decider  # the plan in force's (a live switch replaces it, and the generation)
+        self.generation = generation
+        self._harvester, self._gate, self._deadlines = harvester, gate, deadlines
+        self._stats, self._monitor = stats, monitor
+        self.tasks: Dict[str, RoutedTask] = {}
+        self.per_node: Dict[str, int] = {}  # launched, not finished
+        self.waiters = 0  # callers waiting in Router.call: woken when a task settles
+
+    def new_id(self) -> str:
+        """A task id unique in the cluster: this process's client id and a sequence number."""
+        return f"{self._client}-{next(self._ids):09d}"
+
+    # -- the launch cycle --------------------------------------------------------------------------
+    def claim(self, decided: List[TaskState], now: float) -> Tuple[List[RoutedTask], List[RoutedTask], int]:
+        """Of the decided tasks, those to launch now and those never to be, and the generation of the plan
+        that decided them: -1 while frozen (the replaced plan's last decisions, landing during a switch)."""
+        claimed: List[RoutedTask] = []
+        gone: List[RoutedTask] = []  # never launched: dropped (deadline), cancelled (close) or refused by Ray
+        tasks = self.tasks
+        for state in decided:
+            task = tasks.get(state.id)
+            if task is None:
+                continue
+            if task.error is None:
+                if state.node is None:  # the scheduler dropped it at its deadline (before expire did)
+                    self.drop(task, "was not placed by then")
+                elif now > task.state.deadline:  # placed too late (before expire saw it)
+                    self.drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+            if task.error is not None:  # dropped before it costs a launch and a slot
+                del tasks[state.id]
+                if task.expired:  # the scheduler reached it: no longer in its queue
+                    self._deadlines.unreached -= 1
+                gone.append(task)
+                continue
+            task.node, task.dispatched_at = state.node, now
+            claimed.append(task)
+        return claimed, gone, (-1 if self._gate.frozen else self.generation)
+
+    def launch(self, decided: List[TaskState]) -> None:
+        """Claim and fire decided tasks (the lock not held: what a decider's thread hands over)."""
+        if not decided:
+            return
+        with self._lock:
+            claimed, gone, plan = self.claim(decided, self.decider.now())
+        self.fire(claimed, gone, plan)
+
+    def fire(self, claimed: List[RoutedTask], gone: List[RoutedTask], plan: int) -> None:
+        """Launch claimed tasks (outside the lock), then count them launched, in one lock round; settle
+        ``gone`` and the launches Ray refused. ``plan``: the generation that decided them (see :meth:`claim`)."""
+        launched = []
+        for task in claimed:
+            try:
+                launched.append((task, task.launch(task.node)))  # type: ignore[arg-type]  # (claimed: placed)
+            except BaseException as err:  # a bad argument or option: the caller gets the error
+                with self._lock:
+                    self.tasks.pop(task.state.id, None)
+                    task.error = err
+                gone.append(task)
+        if launched:
+            with self._lock:
+                per_node, add = self.per_node, self._harvester.add
+                for task, ref in launched:
+                    task.launched, task.ref = True, ref
+                    node: str = task.node  # type: ignore[assignment]  # (claimed: placed)
+                    per_node[node] = per_node.get(node, 0) + 1
+                    add(task, ref)
+                self._stats.dispatched += len(launched)
+                self._gate.launched(plan, self.generation, time.monotonic())
+                if self.waiters:
+                    self._lock.notify_all()
+            if self._monitor is not None:
+                self._monitor.decided([task.state.fields for task, _ in launched])
+            for task, ref in launched:
+                if task.future is not None:
+                    task.future.set_result(ref)
+        if gone:
+            self.tell(gone)
+            placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
+            with self._lock:  # their room goes back, as a finish would give it
+                chosen = self.finished(placed)
+            self.launch(chosen)
+
+    def finished(self, ids: List[str], tasks: Sequence[RoutedTask] = ()) -> List[TaskState]:
+        """Tell the decider these tasks left their nodes; frozen, the gate keeps them for the next one."""
+        if not ids:
+            return []
+        if self._gate.frozen:
+            self._gate.hold_finished(ids, {t.state.id: t.state for t in tasks})
+            return []
+        return self.decider.finished(ids)
+
+    def harvested(self, finished: List[RoutedTask], now: float) -> List[TaskState]:
+        """Launched tasks finished at ``now``: out of the book and off their nodes. Returns what the room
+        they freed lets the decider decide."""
+        per_node, tasks = self.per_node, self.tasks
+        for task in finished:
+            tasks.pop(task.state.id, None)
+            per_node[task.node] -= 1  # type: ignore[index]  # (launched: placed)
+        self._stats.finished += len(finished)
+        return self.finished([t.state.id for t in finished], finished)
+
+    def recorded(self, finished: List[RoutedTask], now: float) -> None:
+        """Tell the monitor (outside the lock) what finished, as it ran."""
+        if self._monitor is not None:
+            self._monitor.finished(now, [TaskSpec(t.state.id, t.state.arrival, max(now - t.dispatched_at, 0.0),
+                                                  fields=t.state.fields) for t in finished])
+
+    def drop(self, task: RoutedTask, when: str) -> None:
+        """Settle a task that missed its deadline."""
+        self._stats.dropped += 1
+        if self._monitor is not None:
+            self._monitor.dropped(task.state.fields)
+        task.error = PlacementDeadlineExceeded(
+            f"task {task.state.id} of policy {self._policy!r} {when}, past its deadline_s "
+            f"{task.state.deadline - task.state.arrival:g}; dropped without running")
+
+    def tell(self, tasks: List[RoutedTask]) -> None:
+        """Wake the callers of settled tasks that were not launched (the lock not held)."""
+        with self._lock:
+            if self.waiters:
+                self._lock.notify_all()
+        for task in tasks:
+            if task.future is not None and not task.future.done():
+                task.future.set_exception(task.error)
+
+    def settle(self, which: Callable[[RoutedTask], bool], error: Callable[[RoutedTask], BaseException]
+               ) -> List[RoutedTask]:
+        """Settle the live tasks ``which`` selects with ``error(task)`` (the router closes or failed); the
+        caller tells them next."""
+        left = [t for t in self.live() if which(t)]
+        for t in left:
+            t.error = error(t)
+        return left
+
+    def free_unlaunched(self) -> None:
+        """At close: tasks decided after their cancel, never launched, give their room back to the decider
+        (freeing room may decide more cancelled tasks: those too)."""
+        freed: set = set()
+        while True:
+            ids = [t.state.id for t in self.tasks.values()
+                   if t.state.node is not None and not t.launched and t.state.id not in freed]
+            if not ids:
+                return
+            freed.update(ids)
+            self.decider.finished(ids)
+
+    # -- what the book holds ------------------------------------------------------------------------
+    def get(self, task_id: str) -> Optional[RoutedTask]:
+        return self.tasks.get(task_id)
+
+    def running(self) -> bool:
+        return any(self.per_node.values())
+
+    def outstanding(self) -> Dict[str, int]:
+        """Tasks launched per node, not finished yet."""
+        return {n: k for n, k in self.per_node.items() if k}
+
+    def live(self) -> List[RoutedTask]:
+        """Tasks not settled by an error (dropped, refused, cancelled)."""
+        return [t for t in self.tasks.values() if t.error is None]
+
+    def placed_per_node(self) -> Dict[str, int]:
+        """Live tasks decided onto each node (launched or about to be)."""
+        out: Dict[str, int] = {}
+        for t in self.tasks.values():
+            node = t.state.node
+            if node is not None and t.error is None:
+                out[node] = out.get(node, 0) + 1
+        return out
+
+    def oldest_pending(self, now: float, k: int) -> List[Tuple[str, float]]:
+        """The ``k`` tasks waiting longest for a decision: ``(task id, seconds waiting)``."""
+        waiting = sorted((t.state for t in self.tasks.values() if t.state.node is None and t.error is None),
+                         key=lambda s: s.arrival)[:k]
+        return [(s.id, round(now - s.arrival, 3)) for s in waiting]
+
+    def tally(self, group_by: Optional[str]) -> Counter:
+        """Live tasks per (group -- the value of Task field ``group_by`` --, placed or not)."""
+        return Counter((str(t.state.fields.get(group_by, "")) if group_by else "", t.state.node is not None)
+                       for t in self.tasks.values() if t.error is None)
