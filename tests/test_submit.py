@@ -70,7 +70,7 @@ OPTIONS = [
     pytest.param({"label_selector": {"zone": "b"}, "fallback_strategy": [{"label_selector": {"zone": "a"}}],
                   "_labels": {"kind": "probe"}}, id="fallback-labels",
                  marks=pytest.mark.skipif(not _has_option("fallback_strategy"),
-                                          reason="fallback_strategy is a task option since Ray 2.52")),
+                                          reason="fallback_strategy is a task option since Ray 2.51")),
 ]
 
 
