@@ -13,9 +13,10 @@ import json
 import statistics
 import time
 
+import dataclasses
+
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.sim import replay
-from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.workload.generate import multi_tenant
 
 
@@ -31,12 +32,11 @@ def main() -> None:
     figures = {}
     for policy_name in ("drf_lb", "least_loaded", "fifo"):
         policy = load_policy(policy_name)
-        sc = multi_tenant({"a": rate / 5, "b": rate / 5, "greedy": 3 * rate / 5}, seconds=seconds, nodes=12,
-                          duration=0.0235, timeout=1.0, seed=0)
+        scenario = multi_tenant({"a": rate / 5, "b": rate / 5, "greedy": 3 * rate / 5}, seconds=seconds, nodes=12,
+                                duration=0.0235, timeout=1.0, seed=0)
         if not policy.task_fields:
-            for t in sc["tasks"]:
-                t["fields"] = {}
-        scenario = scenario_from_dict(sc)
+            scenario = dataclasses.replace(scenario, tasks=tuple(dataclasses.replace(t, fields={})
+                                                                 for t in scenario.tasks))
         rates = []
         for _ in range(repeats):
             start = time.perf_counter()

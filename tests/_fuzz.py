@@ -308,9 +308,10 @@ NODE_KEYS = ["id", "executors", "queue", "resources", "fields", "bogus"]
 
 def base_scenario(policy, tasks: int = 12, nodes: int = 3, seed: int = 0) -> dict:
     """A valid scenario for ``policy`` (its fields synthesised): what the data fuzzers spoil."""
+    from ray_adaptive.workload import scenario_to_dict
     from ray_adaptive.workload.generate import paper_tenants, policy_workload
 
-    sc = policy_workload(policy, paper_tenants(tasks / 0.1), 0.1, nodes=nodes, seed=seed)
+    sc = scenario_to_dict(policy_workload(policy, paper_tenants(tasks / 0.1), 0.1, nodes=nodes, seed=seed))
     return {"nodes": sc["nodes"], "tasks": sc["tasks"][:tasks]}
 
 

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from ray_adaptive.workload import scenario_to_dict
 from ray_adaptive.workload.generate import multi_tenant
 
 
@@ -16,14 +17,14 @@ def cli(*args, cwd=None):
 def test_replay_prints_one_json_line_per_decision_then_a_summary(tmp_path):
     sc = multi_tenant({"a": 20, "b": 20}, seconds=1.0, nodes=2, seed=1)
     path = tmp_path / "sc.json"
-    path.write_text(json.dumps(sc))
+    path.write_text(json.dumps(scenario_to_dict(sc)))
     out = cli("replay", "drf_lb", str(path))
     assert out.returncode == 0, out.stderr
     lines = [json.loads(l) for l in out.stdout.splitlines()]
     decisions, summary = lines[:-1], lines[-1]["summary"]
     assert all(set(d) == {"t", "task", "node", "score"} for d in decisions)
-    assert len(decisions) == summary["decisions"] == len(sc["tasks"])
-    assert sorted(d["task"] for d in decisions) == sorted(t["id"] for t in sc["tasks"])
+    assert len(decisions) == summary["decisions"] == len(sc.tasks)
+    assert sorted(d["task"] for d in decisions) == sorted(t.id for t in sc.tasks)
 
 
 def test_replay_of_the_shipped_scenario_by_name():

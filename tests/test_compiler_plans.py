@@ -12,7 +12,6 @@ from ray_adaptive.compiler.estimates import Estimate, effective_parallelism
 from ray_adaptive.compiler.enumeration import Plan
 from ray_adaptive.dsl import load_policy, parse_policy, shipped_policies
 from ray_adaptive.plan import LoadView, Sync
-from ray_adaptive.workload.scenario import scenario_from_dict
 from ray_adaptive.workload.generate import paper_workload
 
 DRF = analyze(load_policy("drf_lb"))
@@ -170,7 +169,7 @@ def test_paper_knees_under_the_default_model():
 
 
 def test_effective_parallelism_counts_submitter_homes():
-    sc = scenario_from_dict(paper_workload(400, seconds=2.0, seed=1))
+    sc = paper_workload(400, seconds=2.0, seed=1)
     plans, _ = plans_of(DRF)
     # 5 clients (a, b, 3x greedy) on 12 schedulers: about 5 schedulers carry the load
     assert 4.5 < effective_parallelism(plans["decentralized+sync 100ms"], sc, 12) < 5.2
@@ -280,9 +279,8 @@ def test_report_lists_units_plans_and_choice(far_above):
 
 def test_rate_rescales_a_trace():
     from ray_adaptive.compiler.pipeline import workload_window
-    from ray_adaptive.workload.trace import specs_from_dicts
 
-    tasks = specs_from_dicts(paper_workload(100, seconds=5.0, seed=3)["tasks"])
+    tasks = paper_workload(100, seconds=5.0, seed=3).tasks
     sc, rate = workload_window(load_policy("drf_lb"), tasks, rate=400, window=300)
     span = sc.tasks[-1].arrival - sc.tasks[0].arrival
     assert len(sc.tasks) == 300 and rate == 400 and 299 / span == pytest.approx(400)
@@ -313,10 +311,10 @@ def cli(*args):
 def test_compile_command_prints_a_report_or_one_json_object(tmp_path):
     import json
 
-    from ray_adaptive.workload.trace import specs_from_dicts, write_trace
+    from ray_adaptive.workload.trace import write_trace
 
     trace = tmp_path / "run.csv"
-    write_trace(trace, specs_from_dicts(paper_workload(900, seconds=0.5, seed=2)["tasks"]))
+    write_trace(trace, paper_workload(900, seconds=0.5, seed=2).tasks)
     out = cli("compile", "drf_lb", "--trace", str(trace), "--window", "250", "--no-measure", "--json",
               "--out", str(tmp_path / "plan.json"))
     assert out.returncode == 0, out.stderr

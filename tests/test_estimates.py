@@ -15,7 +15,6 @@ from ray_adaptive.plan import LoadView, Sync
 from ray_adaptive.sim import metrics
 from ray_adaptive.sim.fairness import tenant_weights, weight_field
 from ray_adaptive.sim.plan_sim import simulate
-from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.workload.generate import Tenant, policy_workload
 
 FIXED = Profile(default_unit_s=10e-6)
@@ -215,7 +214,7 @@ def test_a_weighted_policy_is_judged_against_its_weights():
     wf = load_policy("weighted_fair")
     assert weight_field(wf) == "weight" and weight_field(load_policy("drf_lb")) is None
     tenants = [Tenant(n, 190, fields={"weight": float(w), "cost": 1.0}) for n, w in zip("abcd", (1, 2, 3, 4))]
-    sc = scenario_from_dict(policy_workload(wf, tenants, 1.5, nodes=12, seed=2))
+    sc = policy_workload(wf, tenants, 1.5, nodes=12, seed=2)
     assert tenant_weights(wf, sc.tasks) == {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
     a = analyze(wf)
     plans = {p.name: p for p in enumerate_plans(a, 12)[0]}

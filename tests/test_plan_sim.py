@@ -26,7 +26,7 @@ def sim_plan(name, nodes=12):
 
 
 def paper(rate, seconds=2.0, seed=1, **kw):
-    return scenario_from_dict(paper_workload(rate, seconds=seconds, seed=seed, **kw))
+    return paper_workload(rate, seconds=seconds, seed=seed, **kw)
 
 
 def outcome(tasks):
@@ -39,11 +39,9 @@ def test_a_plan_with_zero_latency_is_the_ideal_scheduler(policy, arch, kw):
     """One scheduler that decides instantly on exact State makes exactly the ideal replay's decisions."""
     p = load_policy(policy)
     d = paper_workload(600, seconds=0.8, seed=4)
-    for t in d["tasks"]:
-        t["fields"] = {"tenant": t["fields"]["tenant"], "resource_vec": t["fields"]["resource_vec"],
-                       "weight": 1.0, "cost": 0.02}
-        t["fields"] = {f.name: t["fields"][f.name] for f in p.task_fields}
-    sc = scenario_from_dict(d)
+    given = [{**t.fields, "weight": 1.0, "cost": 0.02} for t in d.tasks]
+    sc = dataclasses.replace(d, tasks=tuple(dataclasses.replace(t, fields={f.name: g[f.name] for f in p.task_fields})
+                                            for t, g in zip(d.tasks, given)))
     ideal = replay(p, sc)
     r = simulate(LoweredPlan(Plan("zero", arch, **kw), p), sc, deadline="start")
     assert outcome(r.tasks) == outcome(ideal.tasks)
@@ -181,12 +179,12 @@ def test_metrics_of_a_run():
 def test_tenant_workload_rates_clients_and_durations():
     sc = tenant_workload([Tenant("a", 100, durations="exponential", duration=0.01),
                           Tenant("g", 300, arrivals="bursty", burst=10)], seconds=20.0, nodes=4, seed=2)
-    a = [t for t in sc["tasks"] if t["fields"]["tenant"] == "a"]
-    g = [t for t in sc["tasks"] if t["fields"]["tenant"] == "g"]
+    a = [t for t in sc.tasks if t.fields["tenant"] == "a"]
+    g = [t for t in sc.tasks if t.fields["tenant"] == "g"]
     assert len(a) / 20 == pytest.approx(100, rel=0.05) and len(g) / 20 == pytest.approx(300, rel=0.1)
-    assert np.mean([t["duration"] for t in a]) == pytest.approx(0.01, rel=0.05)
-    assert {t["submitter"] for t in g} == {"g/0", "g/1", "g/2"}
-    gaps = np.diff([t["arrival"] for t in g])
+    assert np.mean([t.duration for t in a]) == pytest.approx(0.01, rel=0.05)
+    assert {t.submitter for t in g} == {"g/0", "g/1", "g/2"}
+    gaps = np.diff([t.arrival for t in g])
     assert np.mean(gaps < 0.002) > 0.7  # bursty: most tasks arrive right after another
     assert tenant_workload([Tenant("a", 50)], 1.0, seed=7) == tenant_workload([Tenant("a", 50)], 1.0, seed=7)
     with pytest.raises(ValueError, match="arrivals of tenant 'x' must be one of poisson, bursty"):
@@ -197,12 +195,12 @@ def test_tenant_workload_rates_clients_and_durations():
 def test_bursty_arrivals_never_start_before_zero():
     """A burst starting in the first 0.5 ms once put its first task before 0, and the scenario was
     refused ('arrival' must be >= 0): release_tests/agreement_compiler.py --smoke-test failed so."""
-    from ray_adaptive.workload.scenario import scenario_from_dict
+    from ray_adaptive.workload.scenario import scenario_from_dict, scenario_to_dict
 
     for seed in range(20):
         sc = tenant_workload([Tenant("x", 5000, arrivals="bursty", burst=10)], seconds=0.2, nodes=4, seed=seed)
-        assert min(t["arrival"] for t in sc["tasks"]) >= 0.0
-        scenario_from_dict(sc)
+        assert min(t.arrival for t in sc.tasks) >= 0.0
+        assert scenario_from_dict(scenario_to_dict(sc)) == sc  # (a scenario file of it is accepted, and reads back)
 
 # ------------------------------------------------------------------- traces
 

@@ -6,7 +6,6 @@ import numpy as np
 
 from ray_adaptive.dsl import load_policy, shipped_policies
 from ray_adaptive.sim import Replay
-from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.workload.generate import multi_tenant
 
 from _builders import node, placements, run, task
@@ -92,8 +91,7 @@ def test_drf_lb_paper_degenerates_to_fifo_on_an_idle_node():
 
 
 def test_drf_lb_equalises_dominant_shares_under_contention():
-    sc = scenario_from_dict(multi_tenant({"a": 60, "b": 60, "greedy": 180}, seconds=4.0, nodes=4,
-                                         duration=0.05, timeout=None, seed=3))
+    sc = multi_tenant({"a": 60, "b": 60, "greedy": 180}, seconds=4.0, nodes=4, duration=0.05, timeout=None, seed=3)
     run_ = Replay(load_policy("drf_lb"), sc)
     samples = []
 

@@ -12,7 +12,6 @@ from ray_adaptive.compiler.separability import score_split
 from ray_adaptive.dsl import load_policy, parse_policy
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.printer import format_expr
-from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.sim.model import Task, TaskSpec
 from ray_adaptive.sim.plan_sim import simulate
 from ray_adaptive.plan.scoring import MatrixScoring, SplitScoring
@@ -149,7 +148,7 @@ def test_a_simulation_with_the_fast_path_is_the_same_simulation(name, seed, rate
     """Every plan of DRF-LB: the same placements, times, competitive-ratio samples and scheduler counters."""
     plan = lower(next(p for p in PLANS if p.name == name), A, Profile(default_unit_s=10e-6), 12)
     assert plan.split is not None and (plan.architecture != "hybrid" or plan.task_split and plan.node_split)
-    same_simulation(plan, scenario_from_dict(paper_workload(rate, seconds=0.4, seed=seed)), seed, prefill)
+    same_simulation(plan, paper_workload(rate, seconds=0.4, seed=seed), seed, prefill)
 
 
 @pytest.mark.parametrize("policy", ["fifo", "least_loaded", "round_robin"])
@@ -158,7 +157,7 @@ def test_one_sided_scores_take_the_fast_path_too(policy):
     p = load_policy(policy)
     a = analyze(p)
     plans, _ = enumerate_plans(a, 8, PlanSpace())
-    sc = scenario_from_dict(policy_workload(p, paper_tenants(400), 0.4, nodes=8, seed=2))
+    sc = policy_workload(p, paper_tenants(400), 0.4, nodes=8, seed=2)
     for plan in plans:
         same_simulation(lower(plan, a, Profile(default_unit_s=10e-6), 8), sc, seed=2, prefill=True)
 

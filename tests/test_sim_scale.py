@@ -1,6 +1,8 @@
 """The simulator at scale: the same run whichever way candidates are scored; idle schedulers cost nothing;
 rates that change over time."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,6 @@ from ray_adaptive.sim.timeline import run_epochs
 from ray_adaptive.workload import scenario_from_dict
 from ray_adaptive.workload.generate import Tenant, tenant_workload
 from ray_adaptive.workload.rates import RateProfile, parse_profile, profile_from_dict, retime
-from ray_adaptive.workload.trace import specs_from_dicts
 
 FIXED = Profile(default_unit_s=10e-6)
 
@@ -31,11 +32,9 @@ def outcome(r):
 def test_numpy_candidates_make_the_same_run_as_a_list(monkeypatch, policy, name):
     """Above cluster.SMALL nodes, candidates are index arrays scored by table look-up: the same decisions."""
     a, space = plans(policy, 40)
-    sc = scenario_from_dict(tenant_workload([Tenant("a", 400), Tenant("b", 1200)], 0.6, nodes=40, seed=3))
-    if policy != "drf_lb":
-        sc = scenario_from_dict({"nodes": [{"id": n.id} for n in sc.nodes],
-                                 "tasks": [{"id": t.id, "arrival": t.arrival, "duration": t.duration, "timeout": 1.0,
-                                            "submitter": t.submitter} for t in sc.tasks]})
+    sc = tenant_workload([Tenant("a", 400), Tenant("b", 1200)], 0.6, nodes=40, seed=3)
+    if policy != "drf_lb":  # (a policy without Task fields)
+        sc = dataclasses.replace(sc, tasks=tuple(dataclasses.replace(t, fields={}) for t in sc.tasks))
     plan = lower(space[name], a, FIXED, 40)
     fast = simulate(plan, sc, prefill=True, seed=1)
     monkeypatch.setattr(cluster, "SMALL", 10_000)
@@ -62,7 +61,7 @@ def test_idle_replicas_cost_no_events_and_catch_up_when_reached():
 def test_rate_profiles_drive_arrivals_and_retime_traces():
     p = parse_profile("steps:0=1,2=4,4=1")
     sc = tenant_workload([Tenant("a", 100), Tenant("b", 300, arrivals="bursty")], 6.0, nodes=2, seed=1, profile=p)
-    t = np.array([x["arrival"] for x in sc["tasks"]])
+    t = np.array([x.arrival for x in sc.tasks])
     per_s = [((t >= s) & (t < s + 1)).sum() for s in range(6)]
     assert 250 < per_s[0] < 550 and 1300 < per_s[2] < 1900 and 200 < per_s[5] < 600  # (bursts: a noisy count)
     for text in ("ramp:0=100,10=900", "sine:mean=400,amplitude=300,period=20", "bursts:base=2,peak=10,every=5,length=1",
@@ -70,7 +69,7 @@ def test_rate_profiles_drive_arrivals_and_retime_traces():
         prof = parse_profile(text)
         assert parse_profile(prof.label()) == prof == profile_from_dict(prof.as_dict())
     assert parse_profile("sine:mean=400,amplitude=300,period=20").at(5.0) == pytest.approx(700.0)
-    tasks = specs_from_dicts(tenant_workload([Tenant("a", 50)], 20.0, nodes=1, seed=2)["tasks"])
+    tasks = tenant_workload([Tenant("a", 50)], 20.0, nodes=1, seed=2).tasks
     moved = retime(tasks, parse_profile("ramp:0=100,10=900"))
     assert [x.id for x in moved] == [x.id for x in tasks]
     arr = np.array([x.arrival for x in moved])
@@ -90,7 +89,7 @@ def test_rate_profile_errors_say_what_was_expected(text, message):
 def test_a_run_seen_epoch_by_epoch_follows_the_rate():
     a, space = plans("drf_lb", 12)
     p = RateProfile("steps", points=((0.0, 150.0), (1.0, 450.0)))
-    sc = scenario_from_dict(tenant_workload([Tenant("a", 0.5), Tenant("b", 0.5)], 2.0, nodes=12, seed=5, profile=p))
+    sc = tenant_workload([Tenant("a", 0.5), Tenant("b", 0.5)], 2.0, nodes=12, seed=5, profile=p)
     seen = []
     epochs = run_epochs(PlanSim(lower(space["centralized"], a, FIXED, 12), sc), 0.5,
                         on_epoch=lambda e, sim: seen.append((e.end, sim.loop.now <= e.end)))

@@ -10,7 +10,7 @@ from ray_adaptive.cli import main
 from ray_adaptive.dsl import shipped_policies
 from ray_adaptive.workload.generate import Tenant, tenant_workload
 from ray_adaptive.workload.tenants import parse_tenants, workload_spec_from_dict
-from ray_adaptive.workload.trace import specs_from_dicts, write_trace
+from ray_adaptive.workload.trace import write_trace
 from ray_adaptive.errors import ScenarioError
 
 QUICK = ["--nodes", "4", "--warmup", "0.2", "--window", "60", "--no-progress"]
@@ -58,7 +58,7 @@ def test_weighted_tenants_and_a_rate_over_time(tmp_path):
 
 def test_a_trace_at_its_own_rate(tmp_path):
     trace = tmp_path / "t.csv"
-    write_trace(trace, specs_from_dicts(tenant_workload([Tenant("a", 40), Tenant("b", 80)], 1.5, nodes=4, seed=2)["tasks"]))
+    write_trace(trace, tenant_workload([Tenant("a", 40), Tenant("b", 80)], 1.5, nodes=4, seed=2).tasks)
     out = simulate("drf_lb", "--workload", str(trace), "--plan", "centralized", tmp_path=tmp_path / "out")
     assert out.exit_code == 0, out.output
     df = pd.read_csv(tmp_path / "out" / "sweep.csv")

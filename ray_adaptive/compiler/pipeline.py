@@ -44,8 +44,8 @@ from ray_adaptive.errors import ScenarioError
 from ray_adaptive.sim.events import gc_paused
 from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
-from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable, scenario_from_dict
-from ray_adaptive.workload.generate import generated_scenario, paper_tenants, policy_workload
+from ray_adaptive.workload.scenario import Scenario, check_fields, check_placeable
+from ray_adaptive.workload.generate import paper_tenants, policy_workload
 
 __all__ = ["Compilation", "compile_policy", "workload_window", "measured_profile"]
 
@@ -184,8 +184,8 @@ MAX_SLOTS = 100_000
 
 def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int,
            resources: Optional[dict] = None) -> tuple[NodeSpec, ...]:
-    sc = policy_workload(policy, paper_tenants(10.0), 0.01, nodes=n, executors=executors, queue=queue, seed=seed)
-    nodes = scenario_from_dict({"nodes": sc["nodes"], "tasks": []}).nodes
+    nodes = policy_workload(policy, paper_tenants(10.0), 0.01, nodes=n, executors=executors, queue=queue,
+                            seed=seed).nodes
     return tuple(dataclasses.replace(x, resources=dict(resources)) for x in nodes) if resources else nodes
 
 
@@ -237,9 +237,8 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
         if rate is None:
             raise ValueError("give an arrival rate (tasks/s) or a trace to compile against")
         _check_span(window / rate, window, "raise --rate or shrink --window")  # (before making the workload)
-        sc = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
-                             executors=executors, queue=queue, seed=seed)
-        scenario = generated_scenario(sc)
+        scenario = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
+                                   executors=executors, queue=queue, seed=seed)
         if node_resources:
             scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), scenario.tasks)
         chosen = scenario.tasks[-window:]

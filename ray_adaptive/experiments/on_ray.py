@@ -305,12 +305,11 @@ def estimate_trace(rate: float, nodes: int, exp: RayExperiment, per_node: int = 
     import dataclasses
 
     from ray_adaptive.workload.generate import tenant_workload
-    from ray_adaptive.workload.scenario import scenario_from_dict
 
     service = service_s or exp.duration_s
     tenants = [dataclasses.replace(t, duration=service, clients=1) for t in paper_tenants(rate)]
-    return scenario_from_dict(tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue,
-                                              timeout=exp.timeout_s, seed=exp.seed)).tasks
+    return tenant_workload(tenants, 4.0, nodes=nodes, executors=per_node, queue=exp.queue, timeout=exp.timeout_s,
+                           seed=exp.seed).tasks
 
 
 def run_sweep(exp: RayExperiment, rates: Sequence[float], plans: Sequence[str] = PLANS, with_estimates: bool = True,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, generated_scenario, policy_workload
+from ray_adaptive.workload.generate import PAPER_DURATION, Tenant, policy_workload
 from ray_adaptive.workload.rates import RateProfile, retime
-from ray_adaptive.workload.scenario import Scenario, check_fields, scenario_from_dict
+from ray_adaptive.workload.scenario import Scenario, check_fields
 
 __all__ = ["Experiment"]
 
@@ -103,8 +103,8 @@ class Experiment:
             tenants = self.tenants(1.0)
         else:
             tenants = self.tenants(rate)
-        return generated_scenario(policy_workload(policy, tenants, seconds, self.nodes, self.executors,
-                                                  self.queue, self.timeout, seed=seed, profile=profile))
+        return policy_workload(policy, tenants, seconds, self.nodes, self.executors, self.queue, self.timeout,
+                               seed=seed, profile=profile)
 
     def _from_trace(self, policy, rate: float, seconds: float, seed: int, profile: Optional[RateProfile]) -> Scenario:
         """The trace at ``rate`` (or retimed to ``profile``), its first ``seconds``, on this cluster."""
@@ -116,8 +116,7 @@ class Experiment:
             scale = self.trace_rate / rate if rate else 1.0
             tasks = [dataclasses.replace(t, arrival=round((t.arrival - t0) * scale, 9)) for t in tasks]
         tasks = [t for t in tasks if t.arrival < seconds] or tasks[:1]
-        nodes = scenario_from_dict({"nodes": policy_workload(policy, self.tenants(1.0), 0.01, self.nodes, self.executors,
-                                                             self.queue, seed=seed)["nodes"], "tasks": []}).nodes
+        nodes = policy_workload(policy, self.tenants(1.0), 0.01, self.nodes, self.executors, self.queue, seed=seed).nodes
         out = Scenario(nodes, tuple(tasks))
         check_fields(policy, out, "trace")
         return out

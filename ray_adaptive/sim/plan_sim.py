@@ -69,11 +69,10 @@ scoring and the State hooks are the runtime's own.
 Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> from ray_adaptive.plan import LoweredPlan, Plan, RoleCosts
-    >>> from ray_adaptive.workload import scenario_from_dict
     >>> from ray_adaptive.workload.generate import paper_workload
     >>> plan = LoweredPlan(Plan("centralized", "centralized"), load_policy("drf_lb"),
     ...                    central=RoleCosts(recv_s=7e-4, send_s=7e-4, finish_s=7e-4, probe_s=3.5e-5))
-    >>> r = simulate(plan, scenario_from_dict(paper_workload(300, seconds=1.0)))
+    >>> r = simulate(plan, paper_workload(300, seconds=1.0))
     >>> r.metrics().goodput > 250
     True
 """

@@ -4,11 +4,10 @@ Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> from ray_adaptive.compiler import analyze, enumerate_plans, lower
     >>> from ray_adaptive.sim import simulate
-    >>> from ray_adaptive.workload import scenario_from_dict
     >>> from ray_adaptive.workload.generate import paper_workload
     >>> analysis = analyze(load_policy("drf_lb"))
     >>> plan = lower(enumerate_plans(analysis, 12)[0][0], analysis)   # centralized, no latencies
-    >>> m = simulate(plan, scenario_from_dict(paper_workload(300, seconds=1.0))).metrics()
+    >>> m = simulate(plan, paper_workload(300, seconds=1.0)).metrics()
     >>> m.goodput > 250, m.jfi > 0.9
     (True, True)
 """

@@ -11,10 +11,9 @@ Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> from ray_adaptive.plan import LoweredPlan, Plan
     >>> from ray_adaptive.sim.plan_sim import PlanSim
-    >>> from ray_adaptive.workload import scenario_from_dict
     >>> from ray_adaptive.workload.generate import paper_workload
     >>> sim = PlanSim(LoweredPlan(Plan("centralized", "centralized"), load_policy("drf_lb")),
-    ...               scenario_from_dict(paper_workload(300, seconds=1.0)))
+    ...               paper_workload(300, seconds=1.0))
     >>> epochs = run_epochs(sim, every=0.25)
     >>> [e.start for e in epochs], all(e.goodput > 200 for e in epochs[1:])
     ([0.0, 0.25, 0.5, 0.75], True)

@@ -12,9 +12,9 @@ Example:
     (2, 0.02)
 """
 
-from ray_adaptive.workload.scenario import Scenario, check_fields, load_scenario, scenario_from_dict
+from ray_adaptive.workload.scenario import Scenario, check_fields, load_scenario, scenario_from_dict, scenario_to_dict
 from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 from ray_adaptive.workload.trace import read_trace, write_trace
 
-__all__ = ["NodeSpec", "TaskSpec", "Scenario", "check_fields", "load_scenario", "scenario_from_dict", "read_trace",
-           "write_trace"]
+__all__ = ["NodeSpec", "TaskSpec", "Scenario", "check_fields", "load_scenario", "scenario_from_dict",
+           "scenario_to_dict", "read_trace", "write_trace"]

@@ -1,10 +1,15 @@
-"""Synthetic workloads as scenario dicts.
+"""Synthetic workloads: scenarios (nodes and task specs) built directly.
 
 * :func:`multi_tenant` -- Poisson tenants with rates (the replay demo's workload);
 * :func:`tenant_workload` -- :class:`Tenant` specs: Poisson or bursty arrivals,
   rate ratios, duration distributions, clients (submitters);
 * :func:`paper_workload` -- the HotNets'25 experiment at a given total rate;
-* :func:`generated_scenario` -- one of these dicts as a :class:`~ray_adaptive.workload.scenario.Scenario`.
+* :func:`policy_workload` -- a tenant workload with the fields a policy declares.
+
+Each returns a :class:`~ray_adaptive.workload.scenario.Scenario`, well
+formed by construction (a 1,000-node workload has hundreds of thousands of
+tasks: it is not checked as a scenario file is); its file form is
+:func:`~ray_adaptive.workload.scenario.scenario_to_dict`'s.
 
 Rates may change over time (steps, ramps, a diurnal sine, bursts): give a
 tenant, or the whole workload, a :class:`~ray_adaptive.workload.rates.RateProfile`.
@@ -20,6 +25,21 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ray_adaptive.workload.rates import RateProfile
+from ray_adaptive.workload.scenario import Scenario
+from ray_adaptive.workload.specs import NodeSpec, TaskSpec
+
+
+def _nodes(nodes: int, executors: int, queue: int) -> tuple[NodeSpec, ...]:
+    return tuple(NodeSpec(f"n{i}", executors, queue) for i in range(nodes))
+
+
+def _timeout(timeout: Optional[float]) -> float:
+    """A task's timeout: None means none (never dropped)."""
+    if timeout is None:
+        return math.inf
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds (None for none), found {timeout}")
+    return float(timeout)
 
 
 def multi_tenant(
@@ -32,14 +52,14 @@ def multi_tenant(
     executors: int = 1,
     queue: int = 2,
     seed: int = 0,
-) -> dict:
-    """A scenario dict: each tenant submits Poisson arrivals at its rate (tasks/s).
+) -> Scenario:
+    """Each tenant submits Poisson arrivals at its rate (tasks/s) to ``nodes`` nodes.
 
     Task fields are ``tenant`` and ``resource_vec`` (the DRF-LB policies' Task).
 
     Example:
         >>> sc = multi_tenant({"a": 10, "b": 30}, seconds=1.0, nodes=2, seed=1)
-        >>> len(sc["nodes"]), sorted({t["fields"]["tenant"] for t in sc["tasks"]})
+        >>> len(sc.nodes), sorted({t.fields["tenant"] for t in sc.tasks})
         (2, ['a', 'b'])
     """
     for name, rate in rates.items():
@@ -56,20 +76,11 @@ def multi_tenant(
                 break
             arrivals.append((round(t, 6), tenant))
     arrivals.sort()
-    tasks = [
-        {
-            "id": f"t{i}",
-            "arrival": t,
-            "duration": duration,
-            "timeout": timeout,
-            "fields": {"tenant": tenant, "resource_vec": list(vecs.get(tenant, [0.1, 0.2, 0.1]))},
-        }
-        for i, (t, tenant) in enumerate(arrivals)
-    ]
-    return {
-        "nodes": [{"id": f"n{i}", "executors": executors, "queue": queue} for i in range(nodes)],
-        "tasks": tasks,
-    }
+    duration, limit = float(duration), _timeout(timeout)
+    tasks = tuple(TaskSpec(f"t{i}", t, duration, limit,
+                           {"tenant": tenant, "resource_vec": list(vecs.get(tenant, [0.1, 0.2, 0.1]))})
+                  for i, (t, tenant) in enumerate(arrivals))
+    return Scenario(_nodes(nodes, executors, queue), tasks)
 
 
 # ------------------------------------------------------------ tenant workloads
@@ -181,8 +192,8 @@ def tenant_workload(
     client_rate: Optional[float] = None,
     seed: int = 0,
     profile: Optional[RateProfile] = None,
-) -> dict:
-    """A scenario dict of ``tenants`` submitting for ``seconds`` to ``nodes`` nodes.
+) -> Scenario:
+    """``tenants`` submitting for ``seconds`` to ``nodes`` nodes.
 
     ``profile``: every tenant without one of its own follows it (its rate
     over time is ``rate x profile.at(t)``).
@@ -197,9 +208,21 @@ def tenant_workload(
 
     Example:
         >>> sc = tenant_workload([Tenant("a", 10), Tenant("g", 30)], seconds=2.0, nodes=2, seed=1)
-        >>> sorted({t["submitter"] for t in sc["tasks"]})
+        >>> sorted({t.submitter for t in sc.tasks})
         ['a/0', 'g/0', 'g/1', 'g/2']
     """
+    rows = _rows(tenants, seconds, nodes, client_rate, seed, profile)
+    limit = _timeout(timeout)
+    tasks = tuple(TaskSpec(f"t{i}", a, round(d, 7), limit, {"tenant": name, "resource_vec": list(vec), **dict(extra)},
+                           {}, f"{name}/{c}")
+                  for i, (a, name, d, c, vec, extra) in enumerate(rows))
+    return Scenario(_nodes(nodes, executors, queue), tasks)
+
+
+def _rows(tenants: Sequence[Tenant], seconds: float, nodes: int, client_rate: Optional[float], seed: int,
+          profile: Optional[RateProfile]) -> list[tuple]:
+    """Every task of ``tenants`` as (arrival, tenant, duration, client, resource vector, fields), in
+    arrival order (see :func:`tenant_workload`)."""
     if not tenants:
         raise ValueError("a workload needs at least one tenant")
     if len({t.name for t in tenants}) != len(tenants):
@@ -219,15 +242,7 @@ def tenant_workload(
         rows += [(round(float(a), 6), t.name, float(d), int(c), t.resource_vec, t.fields)
                  for a, d, c in zip(times, durations, clients)]
     rows.sort(key=lambda r: (r[0], r[1], r[3]))
-    tasks = [
-        {"id": f"t{i}", "arrival": a, "duration": round(d, 7), "timeout": timeout, "submitter": f"{name}/{c}",
-         "fields": {"tenant": name, "resource_vec": list(vec), **dict(extra)}}
-        for i, (a, name, d, c, vec, extra) in enumerate(rows)
-    ]
-    return {
-        "nodes": [{"id": f"n{i}", "executors": executors, "queue": queue} for i in range(nodes)],
-        "tasks": tasks,
-    }
+    return rows
 
 
 def paper_tenants(rate: float, greedy: float = 3.0, others: int = 2) -> list[Tenant]:
@@ -236,7 +251,7 @@ def paper_tenants(rate: float, greedy: float = 3.0, others: int = 2) -> list[Ten
     return [*(Tenant(chr(ord("a") + i), r) for i in range(others)), Tenant("greedy", greedy * r)]
 
 
-def paper_workload(rate: float, seconds: float, seed: int = 0, **kwargs) -> dict:
+def paper_workload(rate: float, seconds: float, seed: int = 0, **kwargs) -> Scenario:
     """The paper's experiment (Section 2): 3 tenants, one greedy at 3x each other, 12 single-executor nodes.
 
     Tasks take 12 / 510 s (so the nodes' execution bound is ~510 tasks/s) and
@@ -269,17 +284,25 @@ def synthetic_value(t, name: str, rng: np.random.Generator, index: int):
 
 def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: int = 12, executors: int = 1,
                     queue: int = 2, timeout: Optional[float] = 1.0, seed: int = 0,
-                    profile: Optional[RateProfile] = None) -> dict:
+                    profile: Optional[RateProfile] = None) -> Scenario:
     """:func:`tenant_workload` with the fields ``policy`` declares.
 
     ``tenant`` (string) and ``resource_vec`` (vec<float>) come from the
     tenants, and so do the fields a tenant gives (:attr:`Tenant.fields`); any
     other Task or Node field gets :func:`synthetic_value`.
+
+    Example:
+        >>> from ray_adaptive.dsl import load_policy
+        >>> sc = policy_workload(load_policy("weighted_fair"), [Tenant("a", 10, fields={"weight": 2})], 1.0, nodes=2)
+        >>> sorted(sc.tasks[0].fields), sc.tasks[0].fields["weight"]   # (cost: synthetic; weight: a float)
+        (['cost', 'tenant', 'weight'], 2.0)
     """
-    sc = tenant_workload(tenants, seconds, nodes, executors, queue, timeout, seed=seed, profile=profile)
+    rows = _rows(tenants, seconds, nodes, None, seed, profile)
+    limit = _timeout(timeout)
     rng = np.random.default_rng([seed, 7])
-    for i, task in enumerate(sc["tasks"]):
-        given = task["fields"]
+    tasks = []
+    for i, (a, name, d, c, vec, extra) in enumerate(rows):
+        given = {"tenant": name, "resource_vec": list(vec), **dict(extra)}
         fields = {}
         for f in policy.task_fields:
             if f.name in given and ((f.name, f.type.kind) in (("tenant", "string"), ("resource_vec", "vec"))
@@ -288,23 +311,7 @@ def policy_workload(policy, tenants: Sequence[Tenant], seconds: float, nodes: in
                 fields[f.name] = float(v) if f.type.kind == "float" and isinstance(v, int) and not isinstance(v, bool) else v
             else:
                 fields[f.name] = synthetic_value(f.type, f.name, rng, i)
-        task["fields"] = fields
-    for i, node in enumerate(sc["nodes"]):
-        node["fields"] = {f.name: synthetic_value(f.type, f.name, rng, i) for f in policy.node_fields}
-    return sc
-
-
-def generated_scenario(d: dict):
-    """A scenario dict made here as a Scenario, without the checks a scenario file gets
-    (:func:`~ray_adaptive.workload.scenario.scenario_from_dict`): these are well formed by construction,
-    and a 1,000-node workload has hundreds of thousands of tasks."""
-    from ray_adaptive.workload.scenario import Scenario
-    from ray_adaptive.workload.specs import NodeSpec, TaskSpec
-
-    nodes = tuple(NodeSpec(n["id"], n.get("executors", 1), n.get("queue", 2), n.get("resources", {}),
-                           n.get("fields", {})) for n in d["nodes"])
-    inf = math.inf
-    tasks = tuple(TaskSpec(t["id"], float(t["arrival"]), float(t["duration"]),
-                           inf if t.get("timeout") is None else float(t["timeout"]), t["fields"], {},
-                           t.get("submitter", "")) for t in d["tasks"])
-    return Scenario(nodes, tasks)
+        tasks.append(TaskSpec(f"t{i}", a, round(d, 7), limit, fields, {}, f"{name}/{c}"))
+    cluster = tuple(dataclasses.replace(n, fields={f.name: synthetic_value(f.type, f.name, rng, i) for f in policy.node_fields})
+                    for i, n in enumerate(_nodes(nodes, executors, queue)))
+    return Scenario(cluster, tuple(tasks))

@@ -163,6 +163,29 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
     return Scenario(tuple(nodes), tuple(tasks))
 
 
+def scenario_to_dict(scenario: Scenario) -> dict:
+    """``scenario`` in the file format (JSON-ready): :func:`scenario_from_dict` reads it back equal.
+    Empty resources, node fields and submitters are left out; a timeout of none is ``null``.
+
+    Example:
+        >>> sc = Scenario((NodeSpec("n0"),), (TaskSpec("t0", 0.5, fields={"tenant": "a"}),))
+        >>> scenario_to_dict(sc)["tasks"]
+        [{'id': 't0', 'arrival': 0.5, 'duration': 0.02, 'timeout': None, 'fields': {'tenant': 'a'}}]
+    """
+    nodes = []
+    for n in scenario.nodes:
+        d = {"id": n.id, "executors": n.executors, "queue": n.queue}
+        d.update({k: dict(v) for k, v in (("resources", n.resources), ("fields", n.fields)) if v})
+        nodes.append(d)
+    tasks = []
+    for t in scenario.tasks:
+        d = {"id": t.id, "arrival": t.arrival, "duration": t.duration,
+             "timeout": None if t.timeout == math.inf else t.timeout, "fields": dict(t.fields)}
+        d.update({k: v for k, v in (("resources", dict(t.resources)), ("submitter", t.submitter)) if v})
+        tasks.append(d)
+    return {"nodes": nodes, "tasks": tasks}
+
+
 def load_scenario(path: "str | Path") -> Scenario:
     """Read and validate a scenario JSON file (a FileError if it cannot be read as UTF-8 text)."""
     path = Path(path)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional
 
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive import files
@@ -250,10 +250,3 @@ def read_trace(path: "str | Path") -> tuple[TaskSpec, ...]:
         ))
     out.sort(key=lambda t: (t.arrival, t.id))
     return tuple(out)
-
-
-def specs_from_dicts(tasks: Sequence[dict]) -> tuple[TaskSpec, ...]:
-    """Scenario-dict tasks (as :mod:`ray_adaptive.workload.generate` makes them) as specs."""
-    from ray_adaptive.workload.scenario import scenario_from_dict
-
-    return scenario_from_dict({"nodes": [{"id": "n0"}], "tasks": list(tasks)}).tasks
