@@ -82,10 +82,10 @@ def service_ratios(goodput: Mapping[str, float], demands: Mapping[str, float], c
 # S - S* in units of `scale`, the policy's typical score where this run
 # operates: the interquartile mean of |S*| over its decisions (non-zero ones;
 # 1 if there are none) -- the mean of the middle half, robust to outliers as
-# a median is, but not a jump: scores are often counts (DRF-LB's shares move
-# in steps of one task, 100), and a median sitting between two steps flipped
-# from 200 to 300 between two runs of one plan, moving its ratio from 1.09 to
-# 1.19 (hybrid+power-of-2 on 1,000 nodes). A run's own, because scores scale with the load a plan carries --
+# a median is, but with no jump: scores are often counts (DRF-LB's shares
+# move in steps of one task), and a median sitting between two steps jumps
+# from one to the other between two runs of one plan, and the ratio with it
+# (docs/compiler.md, the competitive ratio). A run's own, because scores scale with the load a plan carries --
 # DRF's shares grow with the tasks running -- and a plan that decides too
 # slowly to fill the cluster holds far fewer than the ideal would: measured
 # against the ideal's scores, its choices (a tenant holding 3x another's
@@ -183,11 +183,9 @@ def competitive_ratio(impl: Sequence[float], ideal: Sequence[float], scale: Opti
 # building near the execution bound -- and between them every plan's decisions
 # are ideal: a replay that stops on a calm stretch stops because it has not
 # met an episode yet, and what it misses can only make the plan worse than it
-# looked (bursty arrivals at 0.9x of the bound: 1.08 settled after 1.3 s of
-# sample, 1.27 over the whole window, 1.24-2.66 in the simulator's runs of six
-# seeds). Stopping early above the limit errs, if at all, on the side of
-# caution. Within or near the limit the replay runs to its end, and its
-# interval says how sure the estimate is.
+# looked (docs/compiler.md, estimates, has a case). Stopping early above the
+# limit errs, if at all, on the side of caution. Within or near the limit the
+# replay runs to its end, and its interval says how sure the estimate is.
 
 _T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
         15: 2.13, 20: 2.09, 30: 2.04}
