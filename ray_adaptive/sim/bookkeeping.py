@@ -135,7 +135,8 @@ class Books:
         if self.on_arrival:
             self.hooks.run(self.truth, "OnArrival", task, None, self.loop.now)
         self.gp.add(task)
-        self.entry.take(task)
+        entry = self.entry
+        entry.deliver(entry.entry_for(task), task)
 
     # ------------------------------------------------------------ deadlines
     def timeout(self, task: Task) -> None:
@@ -205,9 +206,7 @@ class Books:
         self.hooks.run(self.truth, "OnDispatch", task, node, now)
         return sample
 
-    def record(self, sample: Optional[tuple]) -> None:
-        if sample is None:
-            return
+    def record(self, sample: tuple) -> None:
         now = self.loop.now
         self.ratio.record(sample, now)
         if self.settle is not None and len(self.ratio) % self.settle.batch == 0:

@@ -59,6 +59,7 @@ class RoleHost:
                                       None if spec.fifo else self._key)
         self._attempt_s = costs.compute_s + costs.probe_s * (0 if spec.pool else spec.view.probes(n))
         self._heartbeats = Heartbeats(spec.view.period_s, seed) if spec.view.kind is LoadKind.CACHED else None
+        self.decide = self.attempt  # what a server with tasks and room does: pick a node for a task
 
     def _server(self, name: str, i: int, order: int, beat: int) -> Server:
         """Server ``name``: random numbers of its own (the run's seed and ``i``), ``order`` among the
@@ -94,10 +95,6 @@ class RoleHost:
         return 0.0
 
     # -------------------------------------------------------------- messages
-    def take(self, task: Task) -> None:
-        """A submitted task enters the role."""
-        self.deliver(self.entry_for(task), task)
-
     def deliver(self, s: Server, task: Task, arrived: bool = True) -> None:
         """A task reaches a scheduler's pending queue (its receive cost is charged when it is decided);
         ``arrived`` False: handed over by a switch (its OnArrival is in the State handed over)."""
@@ -166,9 +163,6 @@ class RoleHost:
         if not s.pending or s.blocked:
             return
         self.decide(s)
-
-    def decide(self, s: Server) -> None:
-        self.attempt(s)
 
     def item_done(self, s: Server, kind: str, payload) -> None:
         s.busy = False
@@ -242,10 +236,12 @@ class RoleHost:
 
     def dispatch(self, s: Server, task: Task, node: Node, decided_at: float) -> None:
         sample = self.books.place(s, task, node, decided_at, self.deciders(s))
-        self.run_hook(s, "OnDispatch", task, node)
+        if self.spec.hooks:
+            self.run_hook(s, "OnDispatch", task, node)
         if s.view is not None:
             s.view.dispatched(node, self.loop.now)
-        self.books.record(sample)
+        if sample is not None:
+            self.books.record(sample)
 
     def deciders(self, s: Server) -> int:
         """How many decisions the plan is making at once, as ``s`` makes one (see RatioSampler.sample)."""
@@ -274,6 +270,8 @@ class SelectorHost(RoleHost):
         self.server = self._server("selector", 1, 0, 0)
         self.outstanding = 0  # forwarded tasks not finished nor dropped: the slots they hold, as it counts them
         self.placements: Optional[SchedulersHost] = None  # where a forwarding selector's picks go
+        if spec.forwards:
+            self.decide = self.select  # a task alone, for the schedulers role to place
 
     def servers(self) -> list[Server]:
         return [self.server]
@@ -291,12 +289,6 @@ class SelectorHost(RoleHost):
         super().adopt(s, task, node)
         if self.spec.forwards:
             self.outstanding += 1
-
-    def decide(self, s: Server) -> None:
-        if self.spec.forwards:
-            self.select(s)
-        else:
-            self.attempt(s)
 
     # --------------------------------------------- a task for the schedulers
     def select(self, s: Server) -> None:
