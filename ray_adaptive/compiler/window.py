@@ -13,10 +13,8 @@ needs the most:
 * **load** -- near the cluster's execution bound (``rho`` = rate / capacity
   within ``knee`` of 1) the queues remember for as long as a task may wait,
   one task timeout (the age at which a backlog is shed): a backlog builds over
-  seconds, a plan's ratio swings with it (DRF-LB's decentralized plans at the
-  12-node bound: 1.0-1.9 from one second to the next, growing for 2 s from a
-  start without a backlog), and a few hundred milliseconds of it say nothing
-  of the mean. There the replay first warms up for one timeout, and the
+  seconds, a plan's ratio swings with it from one second to the next, and a
+  few hundred milliseconds of it say nothing of the mean. There the replay first warms up for one timeout, and the
   sampled part covers ``timeouts`` of them. Elsewhere a few hundred
   milliseconds settle a replay that starts from its plan's steady state
   (slots busy as its throughput keeps them; the ratio's ideal decides as many
@@ -72,11 +70,10 @@ class WindowSize:
         """How much wider a ratio's interval is than its batch means say: ``sqrt(bursts)``.
 
         Bursts bring contention in episodes that a batch -- even a timeout long -- may miss or catch
-        whole, so batch means vary less than the ratio over a longer run: bursty arrivals at 0.78x of
-        the bound gave 1.06-1.12 with intervals up to 1.15-1.22 on three traces, against 1.16-1.27 over
-        samples four times as long and 1.24-1.31 in the simulator's 15 s runs. The arrivals' index of
-        dispersion is the variance inflation of their counts over Poisson's, and the factor the sample
-        was lengthened by; its square root widens the interval in proportion (a design effect).
+        whole, so batch means vary less than the ratio over a longer run (CHANGELOG.md has the traces
+        that showed it). The arrivals' index of dispersion is the variance inflation of their counts
+        over Poisson's, and the factor the sample was lengthened by; its square root widens the
+        interval in proportion (a design effect).
         """
         return math.sqrt(self.bursts)
 
@@ -91,9 +88,8 @@ class WindowSize:
         With ``backlogs``, and a sample of at least three task timeouts, a timeout: a backlog -- a
         burst, the queues at the execution bound -- lasts up to a timeout before it is shed, and the
         ratio with it, so shorter batches are correlated through it and their interval claims more
-        than the replay knows (bursty arrivals at 0.78x of the bound: an interval up to 1.17 over
-        0.38 s batches, 1.20-1.32 in runs of 15 s). A replay deciding whether it may stop early
-        (above the limit: a conservative error) takes the shorter batches.
+        than the replay knows. A replay deciding whether it may stop early (above the limit: a
+        conservative error) takes the shorter batches.
         """
         short = max(period_s / 2, self.sample_s / 8)
         if backlogs and self.backlog_s > 0 and self.sample_s >= 3 * self.backlog_s:

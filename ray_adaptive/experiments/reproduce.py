@@ -200,7 +200,7 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
     rates = tuple(rates or (QUICK_RATES if quick else DEFAULT_RATES))
     if seconds is None:
         seconds = 1.6 if quick else 2.5
-    if not 0 < seconds < math.inf:  # (0 used to mean the default, silently)
+    if not 0 < seconds < math.inf:  # (0 is no run at all, not "the default")
         raise ValueError(f"seconds must be a finite number > 0, found {seconds}")
     warmup = min(0.5, seconds / 4)
     profile = Profile()

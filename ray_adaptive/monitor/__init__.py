@@ -87,8 +87,7 @@ class Monitor:
         self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
         self._groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0, 0])  # arrivals, decided, finished, dropped
         # (monotonic time, arrivals, finished per group) at each load(): rates are the difference to
-        # the one recent_s ago -- not a pass over the last recent_s of records, which took 8 ms per
-        # report (10 us per task at 800 tasks/s) on the router's thread
+        # the one recent_s ago, not a pass over the last recent_s of records on the router's thread
         self._marks: Deque[tuple] = deque([(time.monotonic(), 0, {})])
         self._lock = threading.Lock()
         self._metrics = None

@@ -3,9 +3,9 @@
 Under the cluster model a scheduler places a task only on a node with room
 (queued + running < executors + queue); the rest wait in its pending queue,
 where the policy orders them, and are decided when room appears. That gate
-costs throughput even with no policy at all (plain Ray held to the same node
-queues: 0.69-0.96x of plain Ray, docs/benchmarks.md), and it makes a
-``.remote()`` loop wait for room in the caller.
+costs throughput even with no policy at all (Ray's owner returns a leased
+worker whenever its queue of a task shape runs dry, and shallow node queues
+run dry often), and it makes a ``.remote()`` loop wait for room in the caller.
 
 For some policies the gate decides nothing the policy cares about. When
 

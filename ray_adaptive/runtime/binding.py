@@ -5,8 +5,8 @@ policy's runtime. A decision (task, node) is realised by submitting the task
 with ``{slot: 1}``: Ray's own resource matching then places it on that node.
 The slot exists before any task asks for it, so every task to a node has the
 same resource shape: Ray's owner reuses worker leases across them, so the
-binding costs little, where a resource per task makes each task its own
-scheduling class (docs/benchmarks.md).
+binding costs little, where a resource per task would make each task its own
+scheduling class (no lease reuse) and wait for a resource report.
 
 The slot's capacity is the node's ``executors + queue`` of the cluster model:
 the router never has more than that outstanding on a node, so the capacity
