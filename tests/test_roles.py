@@ -4,7 +4,7 @@ import dataclasses
 
 from ray_adaptive.compiler import analyze, lower, select_plan
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.plan import Role
+from ray_adaptive.plan import NodeState, Role
 from ray_adaptive.plan.roles import lease_spec, role_specs
 from ray_adaptive.plan.scoring import SplitScoring
 
@@ -31,7 +31,7 @@ def test_every_role_scores_with_the_compilers_split():
     """Each role gets the split of the Score it runs, and its scheduler scores by parts."""
 
     policy = load_policy("drf_lb")
-    nodes = [{"id": f"n{i}", "index": i, "executors": 1, "queue": 0, "resources": {}, "fields": {}} for i in range(4)]
+    nodes = [NodeState(f"n{i}", i, 1, 0, {}) for i in range(4)]
     for arch in ("centralized", "decentralized", "hybrid"):
         plan = _lowered(policy, arch)
         specs = role_specs(plan)

@@ -16,6 +16,7 @@ from ray_adaptive.dsl import load_policy
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor
 from ray_adaptive.plan.holding import HOLDS, resolve_hold
+from ray_adaptive.plan.room import slots_of
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.messages import new_client_id
 from ray_adaptive.runtime.router import Router
@@ -117,16 +118,16 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
     with _lock:
         if p.name in _runtimes:
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
-        nodes = [n.as_dict() for n in policy_nodes(p, executors, queue, dict(node_fields or {}))]
+        nodes = policy_nodes(p, executors, queue, dict(node_fields or {}))
         if adapt is not None and adapt.table is not None:
             _check_table(adapt.table, p.name, len(nodes))
         analysis = analyze(p)
         chosen, why = select_plan(p, plan if adapt is None else adapt.initial, nodes=len(nodes),
-                                  executors=nodes[0]["executors"], queue=queue, rate=rate, profile=profile,
+                                  executors=nodes[0].executors, queue=queue, rate=rate, profile=profile,
                                   analysis=analysis)
         lowered = lower(chosen, analysis)
         overflow, holding = resolve_hold(hold, lowered.split)
-        binding = SlotBinding(p.name, {n["id"]: n["executors"] + n["queue"] for n in nodes})
+        binding = SlotBinding(p.name, {n.id: slots_of(n.executors, n.queue) for n in nodes})
         topology = None
         try:
             slots = {node: slot.resource for node, slot in binding.slots.items()}
@@ -223,7 +224,7 @@ def _control_loop(rt: PolicyRuntime, adapt: _Adaptive, profile: Any) -> ControlL
 
     def table_for(trace: Optional[Sequence[TaskSpec]]) -> EstimateTable:
         trace = adapt.trace if trace is None else trace  # (None: the first table; later, the recorded workload)
-        return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0]["executors"], queue=n[0]["queue"],
+        return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0].executors, queue=n[0].queue,
                                       trace=trace, profile=profile, workers=1, **extra))
 
     return ControlLoop(rt, adapt.settings, table_for, adapt.table)
@@ -241,7 +242,7 @@ def _runtime(p: Policy, analysis: "Optional[Analysis]", why: str, topology: Topo
                 binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
 
     # a caller waiting for room wakes after this many finishes: before a node's queue can run dry
-    wake_after = max(1, min(n["queue"] for n in topology.nodes) // 2)
+    wake_after = max(1, min(n.queue for n in topology.nodes) // 2)
     router = Router(p, topology, client=client, alive_nodes=alive_node_ids, on_dead=on_dead,
                     monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s, wake_after=wake_after)
     return PolicyRuntime(p, analysis, why, router, binding)

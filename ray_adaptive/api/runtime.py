@@ -128,8 +128,8 @@ class PolicyRuntime:
                 raise RuntimeError(f"policy {self.name!r} is shut down: there is no plan to switch")
             old = self.topology
             n = old.nodes
-            chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0]["executors"],
-                                      queue=n[0]["queue"], analysis=self._analysis)
+            chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0].executors,
+                                      queue=n[0].queue, analysis=self._analysis)
             if chosen.name == self.plan.name:
                 raise ValueError(f"plan {chosen.name!r} is already in force")
             before, start = self.plan.name, time.time()

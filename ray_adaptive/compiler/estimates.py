@@ -197,7 +197,7 @@ def _expected_cost(payload) -> float:
 def busy_level(rate: Optional[float], throughput: float, capacity: Optional[float]) -> float:
     """The share of the cluster busy in the steady state of a plan carrying ``throughput`` at ``rate`` on
     nodes executing ``capacity`` tasks/s (1: every slot, queues too; see
-    :meth:`~ray_adaptive.sim.plan_sim.PlanSim._prefill`)."""
+    :mod:`ray_adaptive.sim.prefill`)."""
     if not rate or not capacity:
         return 0.0
     level = min(rate, throughput) / capacity

@@ -13,7 +13,8 @@ runs, everything a plan *is* lives here:
 * :mod:`~ray_adaptive.plan.replicas` -- replicated State: deltas and merging;
 * :mod:`~ray_adaptive.plan.queue` -- the pending queue;
 * :mod:`~ray_adaptive.plan.scheduler` -- one scheduler: queue + program + State + node view;
-* :mod:`~ray_adaptive.plan.holding` -- who holds a full cluster's tasks: the scheduler or Ray's queue.
+* :mod:`~ray_adaptive.plan.holding` -- who holds a full cluster's tasks: the scheduler or Ray's queue;
+* :mod:`~ray_adaptive.plan.room` -- the cluster model's room rule (a node's slots, and whether it takes one more).
 
 Example:
     >>> from ray_adaptive.plan import Plan, LoadView

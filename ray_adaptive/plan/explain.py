@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ray_adaptive.dsl import ir
+from ray_adaptive.plan.room import slots_of
 
 __all__ = ["DecisionRecord", "record", "explain_pending", "explain_placed", "trace_score"]
 
@@ -90,7 +91,7 @@ def trace_score(interp, score: ir.Function, task, node, now: float) -> Tuple[flo
 
 
 def _room(n) -> str:
-    state = "dead" if not n.alive else f"{n.load} of {n.executors + n.queue} slots taken"
+    state = "dead" if not n.alive else f"{n.load} of {slots_of(n.executors, n.queue)} slots taken"
     return f"{n.id[:12]} ({state})"
 
 

@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan.kinds import Architecture, LoadKind, Role, SyncKind
@@ -67,10 +67,10 @@ class RoleSpec:
     wakes_on_room: bool = True  # finding no room in its view, it tries again when a slot frees (else: at its
     #                             next heartbeat, or when a task it forwarded finishes)
 
-    def scheduler(self, nodes: Sequence[Mapping], seed: int = 0, records: int = 0) -> Scheduler:
-        """This role's scheduler over the cluster's nodes (dicts of :meth:`NodeState.as_dict`), keeping
-        its last ``records`` decisions (see :mod:`ray_adaptive.plan.explain`)."""
-        views = [NodeState.from_dict(n) for n in nodes]
+    def scheduler(self, nodes: Sequence[NodeState], seed: int = 0, records: int = 0) -> Scheduler:
+        """This role's scheduler over the cluster's nodes (each seen afresh: see :meth:`NodeState.fresh`),
+        keeping its last ``records`` decisions (see :mod:`ray_adaptive.plan.explain`)."""
+        views = [n.fresh() for n in nodes]
         if self.pool:
             views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
         return Scheduler(self.program, views, hooks=self.hooks, fifo=self.fifo, sample_d=self.sample_d,
@@ -111,15 +111,17 @@ def role_specs(plan: LoweredPlan, overflow: bool = False) -> Dict[Role, RoleSpec
     }
 
 
-def lease_spec(plan: LoweredPlan, overflow: bool = False) -> Optional[RoleSpec]:
-    """What a lone submitting process runs while it holds the selector's lease (None: no lease).
+def lease_spec(plan: LoweredPlan, overflow: bool = False,
+               specs: Optional[Dict[Role, RoleSpec]] = None) -> Optional[RoleSpec]:
+    """What a lone submitting process runs while it holds the selector's lease (None: no lease);
+    ``specs``: the plan's :func:`role_specs`, if the caller has them.
 
     The whole policy over every node -- the decision the plan's selector makes
     (centralized) or approximates with its placement schedulers (hybrid). A
     hybrid whose placements keep a replica of State (``plan.local_state``)
     never leases: the holder's hooks would change State those replicas never see.
     """
-    specs = role_specs(plan, overflow)
+    specs = specs if specs is not None else role_specs(plan, overflow)
     if Role.SELECTOR not in specs:
         return None
     if Role.SCHEDULERS not in specs:

@@ -84,13 +84,15 @@ class NodeState:
     def has_room(self) -> bool:
         return self.alive and has_room(self.own + self.others, slots_of(self.executors, self.queue))
 
+    def fresh(self) -> "NodeState":
+        """This node as a new scheduler first sees it: nothing sent there, nothing heard, alive. (Nodes
+        travel between processes as NodeStates; each scheduler keeps its own.)"""
+        return NodeState(self.id, self.index, self.executors, self.queue, dict(self.resources), dict(self.fields))
+
     def as_dict(self) -> dict:
+        """What an operator reads of the node (``ray-adaptive status``)."""
         return {"id": self.id, "index": self.index, "executors": self.executors, "queue": self.queue,
                 "resources": dict(self.resources), "fields": dict(self.fields)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "NodeState":
-        return cls(d["id"], d["index"], d["executors"], d["queue"], dict(d["resources"]), dict(d["fields"]))
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, cast
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -234,7 +234,7 @@ class _Part:
             missing = [i for i, v in enumerate(out) if v is None]
             for i, v in zip(missing, self._evaluate(interp, [items[i] for i in missing], now)):
                 out[i] = memo[keys[i]] = v
-        return cast(List[float], out)  # (every None filled in)
+        return out  # type: ignore[return-value]  # (every None filled in)
 
 
 class _LoadTable:

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from ray_adaptive.plan import RoleSpec, Scheduler, TaskState
+from ray_adaptive.plan import NodeState, RoleSpec, Scheduler, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.runtime.messages import Handback, Lease
@@ -104,7 +104,7 @@ class HeldLease:
     """The holder's side: the selector's scheduler (``spec``, the whole policy over every node), run here
     from the State the lease carries. ``latencies`` gathers its decisions' latencies over every lease."""
 
-    def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], lease: Lease, dead: Set[str], latencies: deque,
+    def __init__(self, spec: RoleSpec, nodes: Sequence[NodeState], lease: Lease, dead: Set[str], latencies: deque,
                  records: int = 0):
         s = spec.scheduler(nodes, records=records)
         s.decision_s = latencies

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional, Sequence
 
-from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
-from ray_adaptive.runtime.messages import Handover, SyncAnswer
+from ray_adaptive.runtime.messages import Actor, Handover, SyncAnswer
 from ray_adaptive.runtime.store import StoreClient, ping
 
 __all__ = ["LocalDecider"]
@@ -28,7 +28,7 @@ class LocalDecider:
     thread_safe = False  # the router calls it under its lock
     SYNC_FLOOR_S = 0.01
 
-    def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[dict], store, t0: float, generation: int = 0,
+    def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
                  records: int = 0):
         self.client = client
         self._t0 = t0

@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from ray_adaptive.plan import POOL, RoleSpec, TaskState
+from ray_adaptive.plan import POOL, NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
-from ray_adaptive.runtime.messages import Decision
+from ray_adaptive.runtime.messages import Actor, Decision
 from ray_adaptive.runtime.store import StoreClient
 
 __all__ = ["Placement", "Forwarder"]
@@ -35,7 +35,7 @@ class Placement:
     whose placements keep a replica of it.
     """
 
-    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[Mapping], store, t0: float, generation: int = 0,
+    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
                  records: int = 0):
         import ray
 

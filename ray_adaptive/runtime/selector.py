@@ -42,11 +42,11 @@ import threading
 import time
 import uuid
 import warnings
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import ray
 
-from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.runtime.lease import LeaseDesk
@@ -60,7 +60,7 @@ class Selector:
     """The selector: the global pending queue, exact State, decisions for every submitting process (see
     the module doc for its protocol)."""
 
-    def __init__(self, spec: RoleSpec, nodes: Sequence[Mapping], placements: Sequence[Tuple[str, str]], t0: float,
+    def __init__(self, spec: RoleSpec, nodes: Sequence[NodeState], placements: Sequence[Tuple[str, str]], t0: float,
                  wait_s: float = 0.05, lease: bool = False, awaiting_state: bool = False, records: int = 0):
         self._s = spec.scheduler(nodes, records=records)
         self._t0 = t0

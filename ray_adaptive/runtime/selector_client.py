@@ -32,7 +32,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import ray
 
-from ray_adaptive.plan import RoleSpec, TaskState
+from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.runtime.decider import Decided
 from ray_adaptive.runtime.lease import HeldLease
 from ray_adaptive.runtime.messages import Decisions, Handback, Handover, Lease, Recall, Reply, SyncAnswer
@@ -48,7 +48,7 @@ class SelectorClient:
     IDLE_CHECK_S = 0.25
     _FINISHING_KEPT = 64
 
-    def __init__(self, client: str, selector: Any, lease_spec: Optional[RoleSpec], nodes: Sequence[dict], t0: float,
+    def __init__(self, client: str, selector: Any, lease_spec: Optional[RoleSpec], nodes: Sequence[NodeState], t0: float,
                  records: int = 0):
         """``lease_spec``: what this process runs while it holds the selector's lease (None: the selector
         never leases)."""
@@ -56,7 +56,7 @@ class SelectorClient:
         self._records = records
         self._lease_spec = lease_spec
         self._nodes = list(nodes)
-        self._node_ids = [n["id"] for n in nodes]
+        self._node_ids = [n.id for n in nodes]
         self._dead: set = set()
         self._t0 = t0
         self._selector = selector

@@ -162,7 +162,7 @@ class StateStore:
             return {"policy": plan.policy.name, "plan": plan.name, "architecture": plan.architecture.value,
                     "generation": cfg["generation"], "phase": self._phase, "t0": cfg["t0"],
                     "limit": plan.policy.limit, "group_by": self._info.get("group_by"),
-                    "nodes": [{**n, "slot": cfg["slots"].get(n["id"])} for n in cfg["nodes"]],
+                    "nodes": [{**n.as_dict(), "slot": cfg["slots"].get(n.id)} for n in cfg["nodes"]],
                     "actors": {"store": ray.get_runtime_context().get_node_id(), "selector": cfg.get("selector"),
                                "placements": list(cfg.get("placements", []))},
                     "clients": {c: round(now - seen, 1) for c, seen in self._clients.items()},

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 from ray_adaptive._private.actors import wait_ready
-from ray_adaptive.plan import LoweredPlan, Role, RoleSpec, lease_spec, role_specs
+from ray_adaptive.plan import LoweredPlan, NodeState, Role, RoleSpec, lease_spec, role_specs
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.local import LocalDecider
 from ray_adaptive.runtime.messages import Actor
@@ -62,7 +62,7 @@ class Topology:
     roles (``specs``) and what a lease holder runs (``lease``) are read off the plan once, when made."""
 
     plan: LoweredPlan
-    nodes: List[dict]
+    nodes: List[NodeState]
     slots: Dict[str, str]  # node id -> slot resource
     t0: float
     store: Actor
@@ -79,7 +79,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         self.specs = role_specs(self.plan, self.overflow)
-        self.lease = lease_spec(self.plan, self.overflow)
+        self.lease = lease_spec(self.plan, self.overflow, self.specs)
 
     def initial_state(self) -> dict:
         """The policy's State before any task: where a generation begins when none is handed over."""
@@ -167,7 +167,7 @@ class Topology:
                 self.placements = [
                     ray.remote(Placement).options(
                         num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)]["id"], soft=False),
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)].id, soft=False),
                     ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records)
                     for i in range(plan.k(len(nodes)))
                 ]
@@ -205,9 +205,9 @@ class Topology:
             pass
 
 
-def build(plan: LoweredPlan, nodes: Sequence[dict], slots: Dict[str, str], driver_node: str,
+def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], driver_node: str,
           records: int = 0, overflow: bool = False) -> Topology:
-    """Start the actors of ``plan`` on the connected cluster (``nodes``: :meth:`NodeState.as_dict`);
+    """Start the actors of ``plan`` on the connected cluster's ``nodes``;
     each scheduler keeps its last ``records`` decisions, to explain them; ``overflow``: Ray's queue
     holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`)."""
     import ray
@@ -239,7 +239,7 @@ def _near(node_id: str):
     return NodeAffinitySchedulingStrategy(node_id, soft=True)
 
 
-def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[dict], slots: Dict[str, str], t0: float,
+def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[NodeState], slots: Dict[str, str], t0: float,
                      store: Actor, driver_node: str, records: int = 0, overflow: bool = False) -> Topology:
     """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
     (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
