@@ -28,6 +28,7 @@ _RUN = textwrap.dedent('''
     import ray_adaptive as ra
     from ray_adaptive.compiler import Profile
     from ray_adaptive.local_multinode import local_cluster
+    from tests.conftest import wait_for
 
     def scrape(url):
         samples = {}
@@ -42,7 +43,7 @@ _RUN = textwrap.dedent('''
 
     @ray.remote(num_cpus=1)
     def work(i):
-        time.sleep(4 if i < 0 else 0.01)
+        time.sleep(4 if i < 0 else 0.01)  # (the task's work: a long one holds its slot past a deadline)
         return i
 
     with local_cluster(num_nodes=2, num_cpus=2, metrics=True) as lc:
@@ -51,9 +52,8 @@ _RUN = textwrap.dedent('''
         rt = ra.start("drf_lb", plan="adaptive", initial="centralized", rate=20, metrics_every_s=0.5,
                       profile=Profile(message_s=6e-3), fractions=(0.05, 0.2), every_s=0.5, window_s=1.0,
                       dwell_s=3600)
-        deadline = time.monotonic() + 120
-        while rt.control_loop.controller is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: rt.control_loop.controller is not None, timeout=120, period=0.1,
+                 message="the estimate table")
         fn = ra.policy("drf_lb")(work)
         refs = [fn.options(task={"tenant": "ab"[i % 2], "resource_vec": [0.1, 0.2, 0.1]}).remote(i)
                 for i in range(40)]
@@ -70,15 +70,13 @@ _RUN = textwrap.dedent('''
         except ra.PlacementDeadlineExceeded:
             dropped = True
         ray.get(slow)
-        samples = {}
-        deadline = time.monotonic() + 60  # until the last export has reached the endpoint
-        while time.monotonic() < deadline:
-            samples = scrape(lc.metrics_url())
+        def exported(samples):  # the last export has reached the endpoint
             done = [v for labels, v in samples.get("ray_ray_adaptive_finishes_total", []) if labels.get("group") == "b"]
-            if samples.get("ray_ray_adaptive_drops_total") and sum(done) >= 20 + len(slow) \\
-                    and samples.get("ray_ray_adaptive_switches_total"):
-                break
-            time.sleep(0.5)
+            return samples.get("ray_ray_adaptive_drops_total") and sum(done) >= 20 + len(slow) \\
+                and samples.get("ray_ray_adaptive_switches_total")
+
+        samples = wait_for(lambda: scrape(lc.metrics_url()), timeout=60, period=0.5, until=exported,
+                           message="the last export at the endpoint")
         print("RESULT " + json.dumps({"dropped": dropped, "slots": slots, "samples": samples}))
         ra.shutdown()
 ''')

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 import ray
@@ -20,10 +19,8 @@ VEC = [0.1, 0.2, 0.1]
 
 @ray.remote(num_cpus=0)
 def hold(gate: str):
-    """Run until ``gate`` exists (a file): holds its slot as long as the test needs."""
-    deadline = time.monotonic() + 120
-    while not os.path.exists(gate) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    """Run until ``gate`` exists (a file): holds its slot as long as the test needs (fails after 120 s)."""
+    wait_for(lambda: os.path.exists(gate), timeout=120, message=f"the gate {gate}")
     return ray.get_runtime_context().get_node_id()
 
 
