@@ -32,7 +32,7 @@ def work(x, sleep=0.0, until=None):
     on a loaded machine, and the test releases them once its checks are done."""
     start = time.time()
     end = time.monotonic() + sleep
-    while time.monotonic() < end and not (until and os.path.exists(until)):
+    while time.monotonic() < end and not (until and os.path.exists(until)):  # (the task's work, not a wait)
         time.sleep(max(0.0, min(0.02, end - time.monotonic())))
     if x == "fail":
         raise ValueError("task failed")
@@ -59,7 +59,7 @@ class Submitter:
             if self.stopped.is_set():
                 break
             futures.append(f.submit(i, sleep, until))
-            time.sleep(gap)
+            time.sleep(gap)  # (pacing: the submission rate the test asks for)
         return [x for x, _, _ in ray.get([fut.result() for fut in futures])]
 
     def stop(self):
@@ -70,7 +70,7 @@ class Submitter:
         decider = ra.runtime_of("drf_lb").router.decider
         with decider._cond:
             self.frozen.set()
-            time.sleep(seconds)
+            time.sleep(seconds)  # (the silence under test)
 
     def is_frozen(self):
         return self.frozen.is_set()
@@ -104,16 +104,14 @@ def _no_runtime_left(policy: str, placements: int = 4) -> bool:
 def _export_when(selector, ok, timeout: float, what: str) -> dict:
     """The selector's export (queues, State, lease) once ``ok(export)`` holds; fails naming ``what``
     and the last export seen (None: it was restarting) after ``timeout`` s."""
-    last = [None]
-
     def export():
         try:
-            last[0] = ray.get(selector.export.remote(), timeout=5)
+            return ray.get(selector.export.remote(), timeout=5)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            last[0] = None  # restarting
-        return last[0] if last[0] is not None and ok(last[0]) else None
+            return None  # restarting
 
-    return wait_for(export, timeout=timeout, period=0.05, message=lambda: f"{what}; the selector's last export: {last[0]}")
+    return wait_for(export, timeout=timeout, period=0.05, until=lambda snap: snap is not None and ok(snap),
+                    message=f"{what} (the last value: the selector's export)")
 
 
 def _assert_share_rebuilt(selector, still_running, tasks: dict) -> None:
