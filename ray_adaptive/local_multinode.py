@@ -110,16 +110,17 @@ def start_local_cluster(
                             include_dashboard=False, metrics_export_port=ports[0], _system_config=config),
     )
     try:
+        if connect:
+            # the driver connects while the head is the only raylet: before Ray 2.54 a driver on a host
+            # with several raylets attaches to any one of them (since 2.54, to the head)
+            kwargs = dict(logging_level="ERROR", log_to_driver=False) if quiet else {}
+            ray.init(address=cluster.address, **kwargs)
         node_ids = [cluster.head_node.node_id]
         for i in range(1, num_nodes):
             node_ids.append(cluster.add_node(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[i],
                                              labels=labels[i], metrics_export_port=ports[i]).node_id)
         cluster.wait_for_nodes()
-        static = {}
-        if connect:
-            kwargs = dict(logging_level="ERROR", log_to_driver=False) if quiet else {}
-            ray.init(address=cluster.address, **kwargs)
-            static = {n["NodeID"]: dict(n["Resources"]) for n in ray.nodes() if n["Alive"]}
+        static = {n["NodeID"]: dict(n["Resources"]) for n in ray.nodes() if n["Alive"]} if connect else {}
     except BaseException:
         ray.shutdown()
         cluster.shutdown()
