@@ -8,6 +8,10 @@ Every error is one line on stderr and exit code 1 -- a bad policy
 that cannot be read or written (its path and the cause), a flag out of its
 range (the flag and the range, checked by click's own types before any work
 starts) -- never a Python traceback. The limits are in ``docs/limits.md``.
+
+One module for every command (longer than most): each is a thin wrapper of the
+library's own functions, and the error handling and option types they share
+read best beside them.
 """
 
 from __future__ import annotations

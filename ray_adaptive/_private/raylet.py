@@ -18,6 +18,9 @@ Everything private lives here: the generated stubs
 interceptor on the Rays that have token auth: :func:`channel_factory`) and the
 node table. ``tests/test_raylet_rpc.py`` checks each of them against the
 installed Ray and fails naming what moved (``check_ray_compat``).
+
+One module (just over 500 lines): the raylet client and the node table it
+addresses are one private surface, checked together.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Three parts, one per idea:
   and the locals each branch leaves assigned, ``return``;
 * :class:`_Declarations` checks the sections -- fields, State and its
   initial values, Score and the hooks -- and builds the :class:`ir.Policy`.
+
+They stay in one module (longer than most) because together they are the one
+boundary every policy crosses: what is accepted is read here, in one place.
 """
 
 from __future__ import annotations

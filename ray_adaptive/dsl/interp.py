@@ -26,6 +26,10 @@ Semantics pinned here (and in docs/language.md):
 * ``and``/``or`` evaluate both sides (no side effects exist to skip).
 * ``int`` is 64-bit and wraps around; strings and State maps are bounded
   (see :mod:`ray_adaptive.dsl.values`).
+
+The closures (``_Compiler``) and the interpreter that runs them are one module
+(longer than most): together they are the reference semantics, which every
+scheduler, the simulator and the ideal replay must agree with to the bit.
 """
 
 from __future__ import annotations
