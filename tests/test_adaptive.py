@@ -23,7 +23,7 @@ GRID = (0.05, 0.1, 0.2, 0.4)  # x the execution bound (~340 tasks/s here): 17, 3
 
 @ray.remote(num_cpus=1)
 def work(i):
-    time.sleep(0.02)
+    time.sleep(0.02)  # (the task's work)
     return i
 
 
@@ -33,7 +33,7 @@ def _drive(fn, rate_of, seconds: float, refs: list, stop: threading.Event = None
     while time.monotonic() - start < seconds and not (stop and stop.is_set()):
         refs.append(fn.remote(len(refs)))
         nxt += 1.0 / rate_of(time.monotonic() - start)
-        time.sleep(max(0.0, nxt - time.monotonic()))
+        time.sleep(max(0.0, nxt - time.monotonic()))  # (pacing: the rate is what the test sets)
 
 
 @pytest.fixture(scope="module")
