@@ -13,6 +13,7 @@ The cluster lives in its own temp dir and runs with metrics collection off
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -37,6 +38,26 @@ def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message="",
             seen = f"; the last value: {value!r}" if until is not None else ""
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}{seen}")
         time.sleep(period)
+
+
+class RaisingThread(threading.Thread):
+    """A thread whose error reaches the test: :meth:`join` raises it (a plain thread's error is only
+    printed, and the test goes on as if the thread had ended normally)."""
+
+    def __init__(self, target, args=()):
+        super().__init__(target=self._guarded, args=(target, *args))
+        self.error = None
+
+    def _guarded(self, target, *args):
+        try:
+            target(*args)
+        except BaseException as err:  # (kept for join)
+            self.error = err
+
+    def join(self, timeout=None):
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
 @pytest.fixture(scope="session")

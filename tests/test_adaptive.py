@@ -14,7 +14,7 @@ import ray
 
 import ray_adaptive as ra
 from ray_adaptive.compiler import Profile
-from tests.conftest import wait_for
+from tests.conftest import RaisingThread, wait_for
 
 VEC = [0.1, 0.2, 0.1]
 SLOW_MESSAGES = Profile(message_s=6e-3)
@@ -86,7 +86,7 @@ def test_the_plan_in_force_follows_the_compilers_choice_for_the_measured_rate(ad
     _drive(fn, lambda t: 20, 5.0, refs)
     assert rt.plan.name == low and rt.history == []
     stop = threading.Event()
-    loader = threading.Thread(target=_drive, args=(fn, lambda t: 120, 30.0, refs, stop))
+    loader = RaisingThread(target=_drive, args=(fn, lambda t: 120, 30.0, refs, stop))
     loader.start()
     try:
         wait_for(lambda: rt.history, timeout=20, message="a switch at 120 tasks/s")

@@ -18,7 +18,7 @@ import ray
 import ray_adaptive as ra
 from ray_adaptive import resources
 from ray_adaptive.runtime.topology import NAMESPACE, actor_name
-from tests.conftest import wait_for
+from tests.conftest import RaisingThread, wait_for
 
 VEC = [0.1, 0.2, 0.1]
 # about 100 submissions/s per process, 300/s in all: near the 8 CPUs' 400/s of 20 ms tasks, so the
@@ -128,7 +128,7 @@ class _Load:
                 self._mine.append(self.fn.remote(self.marks, f"a{tag}-{len(self._mine)}", 0.02))
                 time.sleep(GAP_S)  # (pacing: the load's rate)
 
-        self._loader = threading.Thread(target=load)
+        self._loader = RaisingThread(target=load)  # (a submission that fails fails the test, at stop)
         self._loader.start()
 
     def submit_frozen(self, phase: str, _topology) -> None:
