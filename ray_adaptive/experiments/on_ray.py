@@ -29,6 +29,7 @@ from typing import Callable, List, Optional, Sequence
 import numpy as np
 
 from ray_adaptive._private.actors import wait_ready
+from ray_adaptive.runtime.selector_client import SelectorClient
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 from ray_adaptive.workload.generate import paper_tenants
 
@@ -145,7 +146,9 @@ class _LatencyTap:
         d = self.rt.router.decider
         if d is not self._decider:
             self._decider, self._seen = d, 0
-        values = d.leased_decision_latencies() if d.thread_safe else self.rt.router.decision_latencies()
+        # (a selector's client: only this process's decisions under a lease -- the selector's own are
+        # sampled from the actor; a local decider: all of this process's)
+        values = d.leased_decision_latencies() if isinstance(d, SelectorClient) else self.rt.router.decision_latencies()
         fresh, self._seen = values[self._seen:], len(values)
         return fresh
 
