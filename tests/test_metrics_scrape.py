@@ -61,7 +61,7 @@ _RUN = textwrap.dedent('''
         rt.switch("decentralized")
         ray.get([fn.options(task={"tenant": "a", "resource_vec": [0.1, 0.2, 0.1]}).remote(i) for i in range(10)])
         # a task dropped at its deadline: every slot is held by a long task, so it cannot be placed
-        slots = sum(n["executors"] + n["queue"] for n in rt.topology.nodes)
+        slots = sum(n.executors + n.queue for n in rt.topology.nodes)
         slow = [fn.options(task={"tenant": "b", "resource_vec": [0.1, 0.2, 0.1]}, num_cpus=0).remote(-1)
                 for _ in range(slots)]
         try:  # (.remote() waits for the decision: a dropped task raises there)

@@ -263,7 +263,7 @@ def test_drf_lb_equalises_backlogged_tenants(drf, plan):
 def test_placement_actors_run_on_their_nodes(drf, ray_cluster):
     rt = drf("hybrid", queue=1)
     placed = rt.topology.placement_nodes()  # each actor reports the node it runs on
-    assert placed == [n["id"] for n in rt.topology.nodes]  # placement i pinned to node i
+    assert placed == [n.id for n in rt.topology.nodes]  # placement i pinned to node i
     assert sorted(placed) == sorted(ray_cluster.node_ids)
     assert len(rt.topology.placements) == 4
 
