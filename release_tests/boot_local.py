@@ -148,12 +148,16 @@ def _teardown(procs, root: pathlib.Path) -> int:
     for _, p, _ in reversed(procs):  # workers first, the head last
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)  # (ray start --block stops its node's processes on SIGTERM)
-    deadline = time.monotonic() + 10  # (a test cluster: its folder goes next, nothing to save)
+    # the head's `ray start --block` takes ~30 s after a SIGTERM to stop its node (33 s here, 2026-11-27);
+    # a process still running after this long is SIGKILLed, and counted
+    deadline = time.monotonic() + 45
+    killed = 0
     for _, p, _ in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
+            killed += 1
     time.sleep(1)
     left = _ours(root)
     for pid in left:
@@ -161,7 +165,7 @@ def _teardown(procs, root: pathlib.Path) -> int:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return len(left)
+    return killed + len(left)
 
 
 def boot_and_submit(tasks: int, keep: bool = False) -> dict:

@@ -47,16 +47,16 @@ def main(argv=None) -> int:
     try:
         refs = {z: [where.options(task={"zone": z}).submit(i) for i in range(args.tasks)] for z in zones}
         ran = {z: ray.get([f.result() for f in fs]) for z, fs in refs.items()}
-        misplaced = sum(zone_of[node] != z for z, out in ran.items() for _, node in out)
-        in_order = all([i for i, _ in out] == list(range(args.tasks)) for out in ran.values())
-        print(json.dumps({
-            "plan": rt.plan.name, "nodes": len(zone_of), "zones": zones, "tasks": args.tasks * len(zones),
-            "misplaced": misplaced, "results_in_order": in_order,
-            "nodes_used": {z: len(Counter(node for _, node in out)) for z, out in ran.items()},
-            "stats": {k: v for k, v in rt.stats().items() if k in ("submitted", "dispatched", "finished")},
-        }))
     finally:
-        ra.shutdown()
+        ra.shutdown()  # (waits until the runtime has seen every dispatched task finish: its counts are final)
+    misplaced = sum(zone_of[node] != z for z, out in ran.items() for _, node in out)
+    in_order = all([i for i, _ in out] == list(range(args.tasks)) for out in ran.values())
+    print(json.dumps({
+        "plan": rt.plan.name, "nodes": len(zone_of), "zones": zones, "tasks": args.tasks * len(zones),
+        "misplaced": misplaced, "results_in_order": in_order,
+        "nodes_used": {z: len(Counter(node for _, node in out)) for z, out in ran.items()},
+        "stats": {k: v for k, v in rt.stats().items() if k in ("submitted", "dispatched", "finished")},
+    }))
     return 0 if misplaced == 0 and in_order else 1
 
 
