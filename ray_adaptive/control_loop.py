@@ -25,6 +25,8 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
+import ray
+
 from ray_adaptive.control import Controller, EstimateTable, Measurement, Settings, Verdict
 from ray_adaptive.plan import Plan
 from ray_adaptive.workload.specs import TaskSpec
@@ -135,8 +137,6 @@ class ControlLoop:
             self.controller.switched(to, time.monotonic(), pause_s)
 
     def _run(self) -> None:
-        import ray
-
         try:
             if self.table is None:
                 self.table = self._table_for(None)

@@ -26,6 +26,8 @@ import time
 from collections import deque
 from typing import Deque, List, Optional, Protocol
 
+import ray
+
 from ray_adaptive.monitor import Monitor
 from ray_adaptive.runtime.harvest import Harvester
 
@@ -102,8 +104,6 @@ class Dispatcher:
             self._router.fail(err)
 
     def _loop(self) -> None:
-        import ray
-
         r = self._router
         while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
             if r.waiting_unwatched():  # see room the moment it is made

@@ -26,6 +26,8 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Tuple
 
+import ray
+
 from ray_adaptive.runtime.routed import RoutedTask, RouterStats
 
 __all__ = ["Harvester"]
@@ -67,8 +69,6 @@ class Harvester:
     def collect(self, block: float) -> List[RoutedTask]:
         """The launched tasks that have finished, taken out -- waiting up to ``block`` seconds for some if
         none has (waking after ``wake_after`` of them, or when ``block`` is up)."""
-        import ray
-
         with self._lock:
             refs, windowed = self._watch()
             self._stats.harvests += 1

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
+import ray
+
 from ray_adaptive.plan import POOL, NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.runtime.messages import Actor, Decision
@@ -37,8 +39,6 @@ class Placement:
 
     def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
                  records: int = 0):
-        import ray
-
         self.node_id = ray.get_runtime_context().get_node_id()
         self._t0 = t0
         self._generation = generation
@@ -131,8 +131,6 @@ class Forwarder:
     def start(self, restarted: bool) -> None:
         """Start forwarding; a restarted selector first empties its placements, which held tasks
         for the old one (the clients send theirs again)."""
-        import ray
-
         if restarted:
             ray.get([p.reset.remote() for p in self._placements])
         threading.Thread(target=self._loop, name="ra-selector-forward", daemon=True).start()
@@ -204,8 +202,6 @@ class Forwarder:
         self._cond.notify_all()
 
     def _loop(self) -> None:
-        import ray
-
         held = [0] * len(self._placements)  # tasks a placement scheduler holds (no room in its view)
         while not self._closed:
             with self._cond:

@@ -18,6 +18,8 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+import ray
+
 from ray_adaptive._private import gcs_kv
 from ray_adaptive.plan import RoleSpec, Scheduler
 from ray_adaptive.plan.replicas import copy_state, merge_into, same_state
@@ -153,8 +155,6 @@ class StateStore:
 
     def describe(self) -> dict:
         """Everything ``ray-adaptive status`` shows of this runtime (see :mod:`ray_adaptive.status`)."""
-        import ray
-
         cfg = self._config
         plan = cfg["plan"]
         with self._cond:

@@ -34,6 +34,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from ray_adaptive._private.actors import wait_ready
 from ray_adaptive.plan import LoweredPlan, NodeState, Role, RoleSpec, lease_spec, role_specs
 from ray_adaptive.runtime.decider import Decider
@@ -140,14 +143,10 @@ class Topology:
                             self.records)
 
     def placement_nodes(self) -> List[str]:
-        import ray
-
         return ray.get([p.where.remote() for p in self._placements()])
 
     def export(self) -> dict:
         """Queues and State of the actors (the submitting processes export their own)."""
-        import ray
-
         out = {}
         if self.selector is not None:
             out["selector"] = ray.get(self.selector.export.remote())
@@ -157,9 +156,6 @@ class Topology:
 
     def start_actors(self) -> None:
         """Start the selector and placement actors this generation needs, and wait until they are up."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         plan, specs, nodes, g = self.plan, self.specs, self.nodes, self.generation
         name = plan.policy.name
         if Role.SELECTOR in specs:
@@ -181,8 +177,6 @@ class Topology:
 
     def retire(self) -> None:
         """Kill this generation's selector and placement actors (a switch replaced them; the store stays)."""
-        import ray
-
         for a in (self.selector, *self.placements):
             if a is not None:
                 try:
@@ -192,8 +186,6 @@ class Topology:
 
     def close(self) -> None:
         """Kill every actor, the store too: the runtime is shut down."""
-        import ray
-
         try:
             ray.get(self.store.forget_durable.remote(), timeout=10)
         except Exception:
@@ -210,8 +202,6 @@ def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], 
     """Start the actors of ``plan`` on the connected cluster's ``nodes``;
     each scheduler keeps its last ``records`` decisions, to explain them; ``overflow``: Ray's queue
     holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`)."""
-    import ray
-
     topo = build_generation(plan, 0, nodes, slots, time.time(), None, driver_node, records, overflow)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
@@ -225,8 +215,6 @@ def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], 
 
 def _find(name: str):
     """The actor named ``name`` in :data:`NAMESPACE` (None: gone)."""
-    import ray
-
     try:
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
@@ -234,8 +222,6 @@ def _find(name: str):
 
 
 def _near(node_id: str):
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     return NodeAffinitySchedulingStrategy(node_id, soft=True)
 
 
@@ -253,8 +239,6 @@ JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts
 def join(policy_name: str, client: str) -> Optional[Topology]:
     """The topology in force of a policy another process started, with ``client`` registered at its
     store (None if none runs); during a live switch, the one it puts in force."""
-    import ray
-
     try:
         store = ray.get_actor(actor_name(policy_name, "store"), namespace=NAMESPACE)
     except ValueError:
