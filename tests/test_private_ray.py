@@ -35,9 +35,9 @@ def _private_module(name: str) -> bool:
     return any(p.startswith("_") for p in parts[1:]) or name.startswith(_PRIVATE_MODULES)
 
 
-def _crossings(path: Path) -> list:
+def _crossings(path: Path, root: Path = ROOT) -> list:
     tree = ast.parse(path.read_text(), str(path))
-    where = path.relative_to(ROOT)
+    where = path.relative_to(root)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -73,12 +73,7 @@ def test_the_fence_sees_what_it_forbids(tmp_path):
     bad.write_text("import ray._private.worker\nfrom ray._raylet import ObjectRef\n"
                    "from ray.core.generated import node_manager_pb2\nfrom ray.util import _private_thing\n"
                    "h._actor_id.hex()\nh.__ray_ready__.remote()\nray._private.worker.global_worker\n")
-    global ROOT
-    old, ROOT = ROOT, tmp_path
-    try:
-        found = _crossings(bad)
-    finally:
-        ROOT = old
+    found = _crossings(bad, root=tmp_path)
     assert {int(c.split(":")[1]) for c in found} == set(range(1, 8)), found
 
 
