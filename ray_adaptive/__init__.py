@@ -36,7 +36,7 @@ _RESOURCE_EXPORTS = (
     "cleanup",
 )
 # The runtime API (Ray-facing): start a policy, decorate tasks, shut down.
-_API_EXPORTS = ("start", "shutdown", "policy", "runtime_of")
+_API_EXPORTS = ("start", "shutdown", "stop", "policy", "runtime_of")
 # The DSL front end is light, but keep the package import cheap all the same.
 _DSL_EXPORTS = ("load_policy", "parse_policy", "format_policy", "shipped_policies")
 

@@ -392,6 +392,63 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
 
 
 @main.command()
+@click.argument("policy")
+@click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
+@click.option("--plan", default="auto", show_default=True,
+              help="auto, adaptive (switched live on the load of every attached job), a plan name "
+                   "`ray-adaptive compile` lists, or a plan file.")
+@click.option("--rate", type=_Finite(min=0.0, min_open=True, max=MAX_RATE), default=None,
+              help="The arrival rate (tasks/s) auto and adaptive compile for (default: the execution bound).")
+@click.option("--queue", type=click.IntRange(0, MAX_QUEUE), default=2, show_default=True,
+              help="Tasks each node may hold waiting besides those running.")
+@click.option("--bind", "binds", multiple=True, metavar="FIELD=job|FIELD=metadata:KEY",
+              help="Bind a Task field to the submitting job: its Ray job id, or a key of its submission "
+                   "metadata (ray job submit --metadata-json). Repeat for several fields.")
+def serve(policy, address, plan, rate, queue, binds) -> None:
+    """Run POLICY as the cluster's policy service: owned by no driver, shared by every job.
+
+    Returns once it serves. Jobs attach with @ra.policy(POLICY), no ra.start needed; one that
+    ends leaves the policy (its undecided tasks dropped, its share of State released).
+    `ray-adaptive stop POLICY` removes it."""
+    import ray_adaptive as ra
+    from ray_adaptive.runtime.tenancy import parse_bind
+    from ray_adaptive.status import connect
+
+    try:
+        p = _load_policy(policy)
+        bind = parse_bind(binds, p.task_fields, p.name) if binds else None
+        connect(address)
+        rt = ra.start(p, plan=plan, rate=rate, queue=queue, detached=True, bind=bind)
+    except (RayAdaptiveError, ValueError, TypeError, RuntimeError) as err:
+        _fail(_message(err))
+    click.echo(f"policy {p.name}: served, plan {rt.plan.name}")
+    click.echo(f"  why: {rt.why}")
+    if bind:
+        click.echo("  bound to the submitting job: " + ", ".join(f"{k}={v}" for k, v in bind.items()))
+    click.echo(f"  jobs attach with @ra.policy({p.name!r}); stop it with: ray-adaptive stop {p.name}")
+    ra.shutdown(p.name)  # (this process detaches; the service runs on)
+
+
+@main.command()
+@click.argument("policy")
+@click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
+def stop(policy, address) -> None:
+    """Stop POLICY's runtime on the cluster (its service, or what a dead driver left): no actor of it and no
+    slot resource stays. Tasks running finish first; undecided ones fail in their jobs."""
+    import ray_adaptive as ra
+    from ray_adaptive.status import connect
+
+    try:
+        connect(address)
+        found = ra.stop(policy)
+    except (RayAdaptiveError, ValueError, RuntimeError) as err:
+        _fail(_message(err))
+    if not found:
+        _fail(f"error: policy {policy!r} does not run on this cluster")
+    click.echo(f"policy {policy}: stopped")
+
+
+@main.command()
 @click.argument("policy", required=False)
 @click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")

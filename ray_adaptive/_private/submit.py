@@ -43,7 +43,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["launcher", "fast_path_off", "VERIFIED_RAY_VERSIONS"]
+__all__ = ["launcher", "fast_path_off", "RayGoneError", "VERIFIED_RAY_VERSIONS"]
 
 # The Ray releases on which tests/test_submit.py found the derived submit_task call equal to the call
 # Ray's own .remote() makes (its _remote takes four shapes over these: 2.50-2.51; fallback_strategy
@@ -216,7 +216,9 @@ class _Launcher:
 
     def __call__(self, args: tuple, kwargs: dict):
         worker = self._workers.global_worker
-        if getattr(worker, "core_worker", None) is not self._core or not worker.connected:
+        if not worker.connected:  # (Ray's own .remote() would start a new Ray: a library never does that)
+            raise RayGoneError("Ray is not connected (ray.shutdown() was called): the task was not launched")
+        if getattr(worker, "core_worker", None) is not self._core:
             return self._first(args, kwargs)
         recorded = self._recorded
         if recorded is None:  # (the fast path is off here)
@@ -260,6 +262,10 @@ class _Launcher:
             self._recorded, self._core = layout, worker.core_worker
             self._shapes.add((len(args), *kwargs) if kwargs else len(args))
         return ref
+
+
+class RayGoneError(RuntimeError):
+    """A launch after ``ray.shutdown()``: Ray would start itself again, and the library never lets it."""
 
 
 def launcher(bound) -> Callable[[tuple, dict], Any]:

@@ -21,7 +21,9 @@ after one frees (backpressure). ``.submit()`` returns at once with a
 ``concurrent.futures.Future`` of that ObjectRef, so one thread can keep a
 backlog for the policy to order.
 
-* :mod:`~ray_adaptive.api.lifecycle` -- :func:`start`, :func:`shutdown`, :func:`runtime_of`;
+* :mod:`~ray_adaptive.api.lifecycle` -- :func:`start`, :func:`shutdown`, :func:`stop`, :func:`runtime_of`;
+* :mod:`~ray_adaptive.api.owner` -- the owner of a runtime (a driver, or the policy service);
+* :mod:`~ray_adaptive.api.service` -- the policy service: one runtime for the whole cluster, owned by no driver;
 * :mod:`~ray_adaptive.api.runtime` -- :class:`PolicyRuntime`, a running policy as this process sees it;
 * :mod:`~ray_adaptive.api.function` -- ``@ra.policy``: :class:`PolicyFunction`;
 * :mod:`~ray_adaptive.api.cluster`, :mod:`~ray_adaptive.api.fields` -- the cluster's nodes and the
@@ -29,7 +31,7 @@ backlog for the policy to order.
 """
 
 from ray_adaptive.api.function import PolicyFunction, policy
-from ray_adaptive.api.lifecycle import runtime_of, shutdown, start
+from ray_adaptive.api.lifecycle import runtime_of, shutdown, start, stop
 from ray_adaptive.api.runtime import PolicyRuntime
 
-__all__ = ["start", "shutdown", "policy", "PolicyRuntime", "PolicyFunction", "runtime_of"]
+__all__ = ["start", "shutdown", "stop", "policy", "PolicyRuntime", "PolicyFunction", "runtime_of"]

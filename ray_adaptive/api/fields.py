@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
-from ray_adaptive.dsl.ir import FieldDecl, field_problem
+from ray_adaptive.dsl.ir import FieldDecl, Policy, field_checker
+from ray_adaptive.dsl.lengths import VecLengths, vec_lengths
 
-__all__ = ["check_fields", "label_fields"]
+__all__ = ["check_fields", "check_task_fields", "label_fields"]
+
+# what a type's values are, for a value that is not one
+_MEANING = {"int": " (a 64-bit integer)", "float": " (a finite number)", "vec": " (a list of finite numbers)",
+            "map": " (a dict)"}
 
 _LABEL_VALUES: Dict[str, Callable[[str], Any]] = {
     "int": int, "float": float, "string": str, "bool": lambda v: {"true": True, "false": False}[v.lower()]}
@@ -40,10 +45,17 @@ def label_fields(decls: Sequence[FieldDecl], labels: Mapping[str, str], given: s
     return out
 
 
-def check_fields(decls: Sequence[FieldDecl], values: Mapping[str, Any], what: str, arg: str) -> None:
+def check_fields(decls: Sequence[FieldDecl], values: Mapping[str, Any], what: str, arg: str,
+                 lengths: Optional[VecLengths] = None, partial: bool = False) -> None:
     """Raise a ``TypeError`` naming the first field of ``values`` the declarations refuse (``arg``: the
-    option the values came from, named in the message)."""
-    problem = field_problem(tuple(decls), dict(values))
+    option the values came from, named in the message). ``lengths``: the policy's vec lengths (see
+    :mod:`ray_adaptive.dsl.lengths`), which vec fields must have; ``partial``: declared fields may be
+    missing (``.options()`` given some of them)."""
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{what}: {arg}= must be a dict of the policy's fields, got {values!r}")
+    obj = "node." if arg == "node_fields" else "task."
+    sized = {k[len(obj):]: n for k, n in (lengths or {}).items() if k.startswith(obj)}
+    problem = field_checker(tuple(decls), sized, partial)(dict(values))
     if problem is None:
         return
     kind, name, t = problem
@@ -53,4 +65,16 @@ def check_fields(decls: Sequence[FieldDecl], values: Mapping[str, Any], what: st
     if kind == "missing":
         raise TypeError(f"{what}: field {name!r} ({t}) is missing; pass it in {arg}="
                         + (f" or label the node (ray start --labels {name}=...)" if arg == "node_fields" else ""))
-    raise TypeError(f"{what}: field {name!r} must be {t}, got {values[name]!r}")
+    if kind == "length":
+        assert lengths is not None  # (a length problem comes from them)
+        place = name if name in sized else name + "[]"
+        n, why = sized[place], lengths.why(obj + place)
+        which = f"field {name!r} must be a vec of length {n}" if place == name else \
+            f"field {name!r} must hold vecs of length {n}"
+        raise TypeError(f"{what}: {which}{why}, got {values[name]!r}")
+    raise TypeError(f"{what}: field {name!r} must be {t}{_MEANING.get(t.kind, '')}, got {values[name]!r}")
+
+
+def check_task_fields(policy: Policy, values: Mapping[str, Any], what: str, partial: bool = False) -> None:
+    """:func:`check_fields` of a task's ``task=`` values against ``policy``'s Task fields and vec lengths."""
+    check_fields(policy.task_fields, values, what, "task", vec_lengths(policy), partial)

@@ -9,10 +9,10 @@ from typing import Any, Dict, Mapping, Optional
 from ray.remote_function import RemoteFunction
 
 from ray_adaptive._private.submit import launcher
-from ray_adaptive.api.fields import check_fields
+from ray_adaptive.api.fields import check_task_fields
 from ray_adaptive.api.lifecycle import registered, runtime_of
 from ray_adaptive.api.runtime import PolicyRuntime
-from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.runtime.tenancy import apply_bound
 
 __all__ = ["PolicyFunction", "policy"]
 
@@ -34,7 +34,8 @@ class PolicyFunction:
         self._bound: dict = {}
         self._bound_key: Optional[tuple] = None
         self._bound_slots: Optional[dict] = None  # the slot mapping _bound was made for (its identity)
-        self._checked: Optional[Policy] = None  # the policy the fields were checked against
+        self._checked: Optional[PolicyRuntime] = None  # the runtime the fields were checked for
+        self._fields: Dict[str, Any] = self._task  # the task's fields as checked (and bound) for it
 
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options: Any) -> "PolicyFunction":
@@ -51,6 +52,9 @@ class PolicyFunction:
         if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float))
                                        or not deadline_s > 0):
             raise ValueError(f"deadline_s must be a number of seconds > 0, got {deadline_s!r}")
+        rt = registered(self._policy)
+        if rt is not None and task:  # (the policy runs here: refused now; a submission checks every field)
+            check_task_fields(rt.policy, task, f"task for policy {self._policy!r}", partial=True)
         self._fn.options(**ray_options)  # let Ray validate its own options now
         merged = {**self._options, **ray_options}
         return PolicyFunction(self._fn, self._policy, {**self._task, **(task or {})}, merged,
@@ -73,9 +77,11 @@ class PolicyFunction:
         runtime, the fields' check against its policy, the per-node bound functions -- is
         looked up once, not per task."""
         rt = registered(self._policy) or runtime_of(self._policy)
-        if self._checked is not rt.policy:
-            check_fields(rt.policy.task_fields, self._task, f"task for policy {self._policy!r}", "task")
-            self._checked = rt.policy
+        if self._checked is not rt:
+            # (fields the operator bound to the job take its values: see ray_adaptive.runtime.tenancy)
+            fields = apply_bound(rt.bound, self._task, self._policy) if rt.bound else self._task
+            check_task_fields(rt.policy, fields, f"task for policy {self._policy!r}")
+            self._fields, self._checked = fields, rt
         bound = self._bound_per_node(rt)
 
         def launch(node_id: str) -> Any:
@@ -84,8 +90,8 @@ class PolicyFunction:
         # (the fields are this object's own copy, read-only from here: every task shares them)
         # (``bound``'s identity: tasks Ray queues alike, one function and options; see runtime.harvest)
         if wait:
-            return rt.router.call(self._task, launch, self._deadline_s, id(bound))
-        return rt.router.submit(self._task, launch, self._deadline_s, id(bound))
+            return rt.router.call(self._fields, launch, self._deadline_s, id(bound))
+        return rt.router.submit(self._fields, launch, self._deadline_s, id(bound))
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> ``launch(args, kwargs)`` of this function with its options and that node's

@@ -2,60 +2,56 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 import ray
 
-from ray_adaptive.api.cluster import alive_node_ids, policy_nodes
+from ray_adaptive.api import service
+from ray_adaptive.api.owner import Adaptive, Options, attached, own
 from ray_adaptive.api.runtime import PolicyRuntime
-from ray_adaptive.control import EstimateTable, Settings
-from ray_adaptive.control_loop import ControlLoop
+from ray_adaptive.control import Settings
 from ray_adaptive.dsl import load_policy
 from ray_adaptive.dsl.ir import Policy
-from ray_adaptive.monitor import Monitor
-from ray_adaptive.plan.holding import HOLDS, resolve_hold
-from ray_adaptive.plan.room import slots_of
-from ray_adaptive.runtime.binding import SlotBinding
+from ray_adaptive.plan.holding import HOLDS
 from ray_adaptive.runtime.messages import new_client_id
-from ray_adaptive.runtime.router import Router
-from ray_adaptive.runtime.topology import Topology, build, join
-from ray_adaptive.workload.specs import TaskSpec
+from ray_adaptive.runtime.tenancy import parse_bind
+from ray_adaptive.runtime.topology import NAMESPACE, actor_name, join
 
-if TYPE_CHECKING:
-    from ray_adaptive.compiler import Analysis
-
-__all__ = ["start", "shutdown", "runtime_of", "registered"]
+__all__ = ["start", "shutdown", "stop", "runtime_of", "registered"]
 
 _lock = threading.Lock()
 _runtimes: Dict[str, PolicyRuntime] = {}
 
 _ADAPTIVE_OPTIONS = ("fractions", "initial", "trace", "table")
+_DEFAULTS = Options()
+log = logging.getLogger("ray_adaptive")
 
 
 def registered(name: str) -> Optional[PolicyRuntime]:
-    """The runtime of policy ``name`` this process started or joined, if any (a dict read: no lock)."""
-    return _runtimes.get(name)
-
-
-@dataclass(frozen=True)
-class _Adaptive:
-    """``plan="adaptive"``'s settings: the controller's, and how its first estimate table is had."""
-
-    settings: Settings
-    fractions: Optional[Tuple[float, ...]] = None
-    initial: Any = "auto"
-    trace: Optional[Sequence[TaskSpec]] = None
-    table: Optional[EstimateTable] = None
+    """The runtime of policy ``name`` this process started or joined, if any (a dict read: no lock). One
+    whose Ray was shut down under it (``ray.shutdown()`` without ``ra.shutdown()``) is forgotten here."""
+    rt = _runtimes.get(name)
+    if rt is not None and rt.router.closed:
+        _runtimes.pop(name, None)
+        return None
+    return rt
 
 
 def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] = None,
           executors: Optional[int] = None, queue: int = 2,
           node_fields: Optional[Mapping[str, Mapping[str, Any]]] = None, group_by: Optional[str] = None,
           metrics_every_s: Optional[float] = 5.0, profile: Any = None, decision_records: int = 1000,
-          hold: str = "auto", **adaptive: Any) -> PolicyRuntime:
-    """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster.
+          hold: str = "auto", detached: bool = False, bind: Optional[Mapping[str, str]] = None,
+          **adaptive: Any) -> PolicyRuntime:
+    """Run ``policy`` (a shipped name, a path, or a parsed Policy) on the connected cluster, or attach to it
+    where it runs already.
+
+    One runtime of a policy runs per cluster. Where one runs (a policy service's, or another driver's),
+    ``start`` called with no option but the policy attaches this process to it, as ``@ra.policy`` does
+    on its own; with other options it refuses (they are the running one's to set).
 
     Args:
         plan: how decisions are made (see :func:`ray_adaptive.compiler.select_plan`):
@@ -100,6 +96,13 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             (that first table itself, from :func:`ray_adaptive.compiler.estimate_table` for this
             policy and cluster: the controller starts at once, with no compile; later tables on
             its grid of rates).
+        detached: run it as the cluster's **policy service**: its actors owned by no driver, it outlives
+            this process, every job attaches to it by name, and it switches plans, runs the controller
+            and watches the jobs itself (see :mod:`ray_adaptive.api.service`). This process attaches to
+            it; :func:`shutdown` then only detaches this process, and :func:`stop` stops the service.
+        bind: Task field -> ``"job"`` (the submitting Ray job's id) or ``"metadata:KEY"`` (a key of the
+            job's submission metadata): a job's tasks get their job's value and are refused another
+            (see :mod:`ray_adaptive.runtime.tenancy`). E.g. ``bind={"tenant": "metadata:team"}``.
 
     Example::
 
@@ -107,46 +110,56 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
         ...
         ra.shutdown()
     """
-    # (the compiler -- and the simulator it stands on -- is imported only where a plan is chosen: a
-    # process that joins a runtime, a task submitting policy tasks, never pays for it)
-    from ray_adaptive.compiler import analyze, lower, select_plan
-
     p = policy if isinstance(policy, Policy) else load_policy(policy)
     _check_options(executors, queue, hold, rate, metrics_every_s, decision_records)
-    group_by = _group_by(p, group_by)
     adapt = _adaptive_settings(plan, adaptive)
+    if bind is not None and not isinstance(bind, Mapping):
+        raise TypeError(f"bind= must be a dict of Task field -> 'job' or 'metadata:KEY', got {bind!r}")
+    options = Options(plan, rate, executors, queue, node_fields, _group_by(p, group_by), metrics_every_s, profile,
+                      decision_records, hold, adapt,
+                      parse_bind([f"{k}={v}" for k, v in bind.items()], p.task_fields, p.name) if bind else None)
+    if not ray.is_initialized():
+        raise RuntimeError("ray-adaptive needs a connected Ray cluster: call ray.init(...) before ra.start(...)")
     with _lock:
-        if p.name in _runtimes:
+        if registered(p.name) is not None:
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
-        nodes = policy_nodes(p, executors, queue, dict(node_fields or {}))
-        if adapt is not None and adapt.table is not None:
-            _check_table(adapt.table, p.name, len(nodes))
-        analysis = analyze(p)
-        chosen, why = select_plan(p, plan if adapt is None else adapt.initial, nodes=len(nodes),
-                                  executors=nodes[0].executors, queue=queue, rate=rate, profile=profile,
-                                  analysis=analysis)
-        lowered = lower(chosen, analysis)
-        overflow, holding = resolve_hold(hold, lowered.split)
-        binding = SlotBinding(p.name, {n.id: slots_of(n.executors, n.queue) for n in nodes})
-        topology = None
-        try:
-            slots = {node: slot.resource for node, slot in binding.slots.items()}
-            topology = build(lowered, nodes, slots, ray.get_runtime_context().get_node_id(), decision_records,
-                             overflow)
-            client = new_client_id()
-            ray.get(topology.store.join.remote(client))
-            rt = _runtime(p, analysis, why, topology, client, group_by, metrics_every_s, binding)
-            rt.holding = holding
-            rt.publish_info(group_by=group_by)
-            if adapt is not None:
-                rt.control_loop = _control_loop(rt, adapt, profile)
-        except BaseException:
-            if topology is not None:
-                topology.close()
-            binding.close()
-            raise
+        if _running(p.name):
+            return _attach_instead(p, options, detached)
+        if detached:
+            service.launch(p, options)
+            rt = _join(p.name)
+            if rt is None:
+                raise RuntimeError(f"the service of policy {p.name!r} started but cannot be joined")
+            return rt
+        rt = own(p, options)
         _runtimes[p.name] = rt
         return rt
+
+
+def _running(name: str) -> bool:
+    """A runtime of policy ``name`` runs on the connected cluster (its store answers to its name)."""
+    try:
+        ray.get_actor(actor_name(name, "store"), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+def _attach_instead(p: Policy, options: Options, detached: bool) -> PolicyRuntime:
+    """``start`` for a policy that runs already: attach, unless options were given (holds _lock)."""
+    given = sorted(f.name for f in dataclasses.fields(Options)
+                   if f.name != "group_by" and getattr(options, f.name) != getattr(_DEFAULTS, f.name))
+    owner = "the policy service" if service.find(p.name) is not None else "another driver"
+    if given or detached:
+        raise ValueError(f"policy {p.name!r} already runs on this cluster, owned by {owner}: its options are set; "
+                         f"ra.start({p.name!r}) with no other option (or @ra.policy alone) attaches to it "
+                         f"(given here: {', '.join(given + (['detached'] if detached else []))}); to run it otherwise, "
+                         f"stop it first (ray-adaptive stop {p.name})")
+    rt = _join(p.name)
+    if rt is None:
+        raise RuntimeError(f"policy {p.name!r} stopped while this process attached to it")
+    log.info("ray-adaptive: policy %r runs already (%s, plan %s): attached", p.name, owner, rt.plan.name)
+    return rt
 
 
 def _check_options(executors: Optional[int], queue: int, hold: str, rate: Optional[float],
@@ -175,7 +188,7 @@ def _group_by(p: Policy, group_by: Optional[str]) -> Optional[str]:
     return group_by
 
 
-def _adaptive_settings(plan: Any, adaptive: Dict[str, Any]) -> Optional[_Adaptive]:
+def _adaptive_settings(plan: Any, adaptive: Dict[str, Any]) -> Optional[Adaptive]:
     """The controller's settings and first table for ``plan="adaptive"`` (else None)."""
     if plan != "adaptive":
         if adaptive:
@@ -194,68 +207,21 @@ def _adaptive_settings(plan: Any, adaptive: Dict[str, Any]) -> Optional[_Adaptiv
     if "table" in extra and ("trace" in extra or "fractions" in extra):
         raise TypeError("start() got table= with trace= or fractions=; they compute the first table: give one or the other")
     fractions = extra.get("fractions")
-    return _Adaptive(Settings(**adaptive), tuple(fractions) if fractions else None, extra.get("initial", "auto"),
+    return Adaptive(Settings(**adaptive), tuple(fractions) if fractions else None, extra.get("initial", "auto"),
                      trace, extra.get("table"))
-
-
-def _check_table(table: Any, policy: str, nodes: int) -> None:
-    """A first estimate table given to ``start()`` is one for this policy and cluster."""
-    if not isinstance(table, EstimateTable):
-        raise TypeError(f"table= must be an EstimateTable (ray_adaptive.compiler.estimate_table), "
-                        f"found {type(table).__name__}")
-    if table.policy != policy or table.nodes != nodes:
-        raise ValueError(f"table= was computed for policy {table.policy!r} on {table.nodes} nodes; this runtime "
-                         f"runs {policy!r} on {nodes}")
-
-
-def _control_loop(rt: PolicyRuntime, adapt: _Adaptive, profile: Any) -> ControlLoop:
-    """Start the adaptive loop of ``rt``; its estimate tables are computed by a Ray task (``num_cpus=0``):
-    seconds of replays in this process would hold its GIL against the callers' submissions. The first
-    table is ``adapt.table``, or computed on ``adapt.trace`` (None: the compiler's default workload for
-    the policy); later ones on the recorded workload, on the first table's grid of rates."""
-    from ray_adaptive.compiler import estimate_table  # (see start: the compiler where plans are chosen only)
-
-    n = rt.topology.nodes
-    fractions = adapt.fractions
-    if adapt.table is not None:
-        fractions = tuple(r / adapt.table.capacity for r in adapt.table.rates)
-    extra = {"fractions": fractions} if fractions else {}
-    compute: Any = ray.remote(num_cpus=0, max_retries=1)(estimate_table)  # type: ignore[arg-type]  # (Ray's stubs)
-
-    def table_for(trace: Optional[Sequence[TaskSpec]]) -> EstimateTable:
-        trace = adapt.trace if trace is None else trace  # (None: the first table; later, the recorded workload)
-        return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0].executors, queue=n[0].queue,
-                                      trace=trace, profile=profile, workers=1, **extra))
-
-    return ControlLoop(rt, adapt.settings, table_for, adapt.table)
-
-
-def _runtime(p: Policy, analysis: "Optional[Analysis]", why: str, topology: Topology, client: str, group_by: Optional[str],
-             metrics_every_s: Optional[float], binding: Optional[SlotBinding] = None) -> PolicyRuntime:
-    """This process's side of a running topology: a router with this process's decider."""
-    on_dead = None
-    if binding is not None:  # the starting process moves a dead node's slot to a live node
-        def on_dead(node_id: str) -> None:
-            alive = alive_node_ids()
-            hosts = [n for n in binding.slots if n in alive]
-            if hosts:
-                binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
-
-    # a caller waiting for room wakes after this many finishes: before a node's queue can run dry
-    wake_after = max(1, min(n.queue for n in topology.nodes) // 2)
-    router = Router(p, topology, client=client, alive_nodes=alive_node_ids, on_dead=on_dead,
-                    monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s, wake_after=wake_after)
-    return PolicyRuntime(p, analysis, why, router, binding)
 
 
 def runtime_of(name: str) -> PolicyRuntime:
     """The runtime of policy ``name`` in this process; joins one another process started
     (a task or actor submitting policy tasks) on first use."""
     with _lock:
-        rt = _runtimes.get(name)
+        rt = registered(name)
         if rt is None:
             rt = _join(name)
     if rt is None:
+        if not ray.is_initialized():
+            raise RuntimeError(f"policy {name!r}: Ray is not connected in this process (ray.init() first; the "
+                               f"library never starts Ray on its own)")
         running = ", ".join(sorted(_runtimes)) or "none"
         raise RuntimeError(f"policy {name!r} is not running: call ra.start({name!r}) first (running here: {running})")
     return rt
@@ -270,16 +236,36 @@ def _join(name: str) -> Optional[PolicyRuntime]:
     if topology is None:
         return None
     p = topology.plan.policy
-    rt = _runtime(p, None, "joined", topology, client, _group_by(p, None), 5.0)
+    why = ray.get(topology.store.info.remote(), timeout=30).get("why") or "joined"  # (the owner's reasons)
+    rt = attached(p, None, why, topology, client, _group_by(p, None), 5.0)
     _runtimes[name] = rt
     return rt
 
 
 def shutdown(name: Optional[str] = None) -> None:
-    """Stop one policy's runtime (or all): undecided tasks are cancelled; the starting process
-    also removes the actors and slots."""
+    """Stop one policy's runtime (or all) in this process: its undecided tasks are cancelled; the
+    process that started a runtime also removes its actors and slots. A process attached to a policy
+    service (or another driver's runtime) only detaches: the runtime goes on (:func:`stop` stops it)."""
     with _lock:
         names = [name] if name is not None else list(_runtimes)
         targets = [_runtimes.pop(n) for n in names if n in _runtimes]
     for rt in targets:
         rt.shutdown()
+
+
+def stop(name: str, timeout_s: float = 60.0) -> bool:
+    """Stop policy ``name``'s runtime on the whole cluster, whoever owns it -- the policy service, or what a
+    driver that died left -- after this process detaches from it: no actor of the policy and no slot
+    resource of it is left on any node. Its tasks running now finish first (up to ``timeout_s``); the
+    undecided tasks of the jobs attached to it fail. Returns whether one ran.
+
+    Example::
+
+        ra.start("drf_lb", detached=True, bind={"tenant": "metadata:team"})
+        ...                      # jobs attach with @ra.policy("drf_lb")
+        ra.stop("drf_lb")        # what `ray-adaptive stop drf_lb` does
+    """
+    shutdown(name)
+    if not ray.is_initialized():
+        raise RuntimeError("ray-adaptive needs a connected Ray cluster to stop a policy: call ray.init(...) first")
+    return service.stop(name, timeout_s)

@@ -15,9 +15,10 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor, percentiles
 from ray_adaptive.plan import Plan
 from ray_adaptive.runtime.binding import SlotBinding
+from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.router import Router
 from ray_adaptive.runtime.switch import switch
-from ray_adaptive.runtime.topology import Topology
+from ray_adaptive.runtime.topology import NAMESPACE, Topology, actor_name
 from ray_adaptive.workload.specs import TaskSpec
 
 if TYPE_CHECKING:
@@ -31,20 +32,23 @@ log = logging.getLogger("ray_adaptive")
 class PolicyRuntime:
     """A policy running on the connected cluster (see :func:`ray_adaptive.start`), as this process sees it.
 
-    ``binding`` is None in a process that joined a runtime another one started.
+    ``binding`` is None in a process that joined a runtime another one (or the policy service) owns.
     ``plan`` / ``why``: the plan in force and why it was chosen; ``history``: every live switch
     this process made (see :meth:`switch`); ``holding``: who holds tasks while every node is
-    full, and why (``hold=`` of :func:`~ray_adaptive.start`).
+    full, and why (``hold=`` of :func:`~ray_adaptive.start`); ``bound``: the Task fields the
+    operator bound to this process's job, and their values (see :mod:`ray_adaptive.runtime.tenancy`).
     """
 
     def __init__(self, policy: Policy, analysis: "Optional[Analysis]", why: str, router: Router,
-                 binding: Optional[SlotBinding] = None, holding: str = ""):
+                 binding: Optional[SlotBinding] = None, holding: str = "", bound: Optional[Dict[str, Any]] = None):
         self.policy = policy
         self.why = why
         self.router = router
         self.binding = binding
         self.holding = holding
+        self.bound: Dict[str, Any] = dict(bound or {})
         self.control_loop: Optional[ControlLoop] = None  # plan="adaptive": the controller's loop
+        self.jobs: Optional[JobWatch] = None  # the owner's watch over the attached jobs
         self._analysis = analysis  # (the compiler's analysis of the policy, for switches: the starting process's)
         self._history: List[dict] = []
         self._switching = threading.Lock()
@@ -108,8 +112,9 @@ class PolicyRuntime:
                measured: Optional[dict] = None, _on_phase=None) -> dict:
         """Replace the plan in force by ``plan`` (a :class:`~ray_adaptive.plan.Plan`, or anything
         :func:`~ray_adaptive.start` takes as a plan) live: no task lost, none run twice; running tasks
-        finish under the new plan. Only the process that started the runtime switches. Returns the
-        entry appended to :attr:`history`.
+        finish under the new plan. The owner switches: the process that started the runtime, or the
+        policy service (any attached process's switch is made by the service). Returns the entry
+        appended to :attr:`history`.
 
         Example::
 
@@ -122,31 +127,68 @@ class PolicyRuntime:
         from ray_adaptive.compiler import lower, select_plan
 
         if self.binding is None or self._analysis is None:
-            raise RuntimeError(f"only the process that started policy {self.name!r} can switch its plan")
+            if self.router.closed:
+                raise RuntimeError(f"policy {self.name!r} is shut down in this process: there is no plan to switch")
+            service = self._service()
+            if service is None:
+                raise RuntimeError(f"only the process that started policy {self.name!r} can switch its plan")
+            return ray.get(service.switch.remote(plan, reason), timeout=600)
         with self._switching:
             if self.router.closed:
                 raise RuntimeError(f"policy {self.name!r} is shut down: there is no plan to switch")
-            old = self.topology
-            n = old.nodes
+            n = self.topology.nodes
             chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0].executors,
                                       queue=n[0].queue, analysis=self._analysis)
             if chosen.name == self.plan.name:
                 raise ValueError(f"plan {chosen.name!r} is already in force")
-            before, start = self.plan.name, time.time()
-            new, what = switch(old, lower(chosen, self._analysis), on_phase=_on_phase)
-            self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
-            self.router.wait_generation(new.generation)
-            entry = {"time": start, "generation": new.generation, "from": before, "to": chosen.name,
-                     "reason": reason, "estimates": estimates or {}, "measured": measured or {},
-                     "freeze_s": what["freeze_s"], "exact": what["exact"], "unacked": what["unacked"]}
-            log.info("ray-adaptive: policy %r switched from %s to %s in %.3f s: %s", self.name, before,
-                     chosen.name, what["freeze_s"], reason)
+            entry = self._replace(lower(chosen, self._analysis), reason, estimates=estimates, measured=measured,
+                                  on_phase=_on_phase)
             self.why = f"switched ({reason}): {why}"
-            self._history.append(entry)
             self.publish_info()
         if self.control_loop is not None:
             self.control_loop.switched(chosen.name)
         return entry
+
+    def evict(self, job: str, clients: List[str]) -> Optional[dict]:
+        """Take the processes of Ray job ``job``, which ended, out of the runtime (the owner's
+        :class:`~ray_adaptive.runtime.job_watch.JobWatch` calls it): they are unregistered at once (a
+        switch in progress stops waiting for them), then a live switch to the plan in force rebuilds
+        the State from the remaining processes' tasks -- the OnDispatch of each running one, the
+        OnArrival of each undecided one -- so that what the job's tasks held (their OnDispatch: Ray
+        killed them with their owner) leaves with it, and its undecided tasks are dropped as at a
+        deadline. Returns the entry appended to :attr:`history` (None: shut down meanwhile)."""
+        store = self.topology.store
+        ray.get([store.leave.remote(c) for c in clients], timeout=30)
+        with self._switching:
+            if self.router.closed:
+                return None
+            reason = (f"job {job} ended: its {len(clients)} process(es) left, the State rebuilt from the "
+                      f"remaining jobs' tasks")
+            entry = self._replace(self.topology.plan, reason, rebuild=True)
+            self.publish_info()
+        return entry
+
+    def _replace(self, lowered: Any, reason: str, *, rebuild: bool = False, estimates: Optional[dict] = None,
+                 measured: Optional[dict] = None, on_phase=None) -> dict:
+        """Put ``lowered`` in force by a live switch (holds ``_switching``); the entry for :attr:`history`."""
+        before, start = self.plan.name, time.time()
+        new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild)
+        self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
+        self.router.wait_generation(new.generation)
+        entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,
+                 "reason": reason, "estimates": estimates or {}, "measured": measured or {},
+                 "freeze_s": what["freeze_s"], "exact": what["exact"], "unacked": what["unacked"]}
+        log.info("ray-adaptive: policy %r: %s -> %s in %.3f s: %s", self.name, before, lowered.name,
+                 what["freeze_s"], reason)
+        self._history.append(entry)
+        return entry
+
+    def _service(self) -> Any:
+        """The policy service that owns this runtime, if one does (None: a driver owns it)."""
+        try:
+            return ray.get_actor(actor_name(self.name, "service"), namespace=NAMESPACE)
+        except ValueError:
+            return None
 
     def why_pending(self, task: Any) -> dict:
         """Why a task submitted from this process is not placed yet, in words (``why``) and as data
@@ -203,12 +245,15 @@ class PolicyRuntime:
         self.topology.store.set_info.remote({"evaluation": evaluation})
 
     def shutdown(self, timeout: float = 60.0) -> None:
-        """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the starting
-        process also removes the actors and the slots."""
+        """Cancel undecided tasks, wait up to ``timeout`` s for dispatched ones; the owner also removes
+        the actors and the slots. After ``ray.shutdown()`` it only stops this process's threads (a call
+        to Ray would start it again; the actors went with the driver that owned them)."""
+        if self.jobs is not None:
+            self.jobs.stop()
         if self.control_loop is not None:
             self.control_loop.stop()
         self.router.close(timeout)
-        if self.binding is not None:
+        if self.binding is not None and ray.is_initialized():
             if self._owned is not None and self._owned.generation != self.router.topology.generation:
                 self._owned.retire()  # (a switch this router never took up: its actors go too)
             self.router.topology.close()

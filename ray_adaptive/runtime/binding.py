@@ -37,13 +37,18 @@ class SlotBinding:
 
     def __init__(self, policy_name: str, capacities: Mapping[str, int]):
         """``capacities``: node id -> slot capacity (executors + queue), in node order."""
-        tag = _SAFE.sub("_", policy_name)
+        tag = self.tag(policy_name)
         self.slots: Dict[str, NodeSlot] = {
             node: NodeSlot(node, i, f"ra-{tag}-slot-{i}", int(cap)) for i, (node, cap) in enumerate(capacities.items())
         }
         self._scope = resources.ResourceScope()
         for slot in self.slots.values():
             self._scope.set_resource(slot.resource, slot.capacity, node_spec=slot.node_id)
+
+    @staticmethod
+    def tag(policy_name: str) -> str:
+        """How ``policy_name`` is spelled in its slot resources' names (``ra-<tag>-slot-<index>``)."""
+        return _SAFE.sub("_", policy_name)
 
     def rehome(self, node_id: str, host_id: str) -> None:
         """Move ``node_id``'s slot to ``host_id`` (after ``node_id`` died): tasks bound to

@@ -14,7 +14,7 @@ and policy) does the rest, on a clock:
   load to the store; every ``metrics_every_s``, exports the Ray metrics.
 
 It ends once its router is closed with nothing running, or when Ray was shut
-down under it. Should it fail, its router fails every task not yet launched
+down under it (the router then stops quietly: see ``Router.ray_gone``). Should it fail, its router fails every task not yet launched
 with the cause (no caller waits forever).
 """
 
@@ -68,6 +68,10 @@ class Dispatched(Protocol):
 
     def fail(self, err: BaseException) -> None: ...
 
+    def ray_gone(self) -> None:
+        """Ray was shut down under it: stop, quietly (see :meth:`~ray_adaptive.runtime.router.Router.ray_gone`)."""
+        ...
+
 
 class Dispatcher:
     """The thread (see the module doc)."""
@@ -101,7 +105,12 @@ class Dispatcher:
         try:
             self._loop()
         except BaseException as err:
-            self._router.fail(err)
+            if ray.is_initialized():
+                self._router.fail(err)
+                return
+            # (a call that raised because ray.shutdown() came in mid-step: not a failure of ours)
+        if not ray.is_initialized():
+            self._router.ray_gone()
 
     def _loop(self) -> None:
         r = self._router

@@ -30,6 +30,9 @@ import time
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+import ray
+
+from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor
 from ray_adaptive.plan import TaskState
@@ -75,6 +78,7 @@ class Router:
         self._cond = threading.Condition()
         self._closed = False
         self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
+        self._ray_gone = False  # ray.shutdown() came without ra.shutdown(): see ray_gone
         self.harvester = Harvester(self._cond, self.stats, window, wake_after)
         self.deadlines = DeadlineClock()
         self.membership = NodeMembership(alive_nodes, on_dead)
@@ -140,6 +144,9 @@ class Router:
             self.harvest(block=0.0)
         book = self.book
         with self._cond:
+            if self._ray_gone:
+                raise RayGoneError(f"Ray was shut down under the runtime of policy {self.policy.name!r}; "
+                                   f"after ray.init(), start or attach to it again")
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
             if self._failed is not None:
@@ -235,6 +242,19 @@ class Router:
             self._failed = err
             left = self.book.settle(lambda t: not t.launched, lambda t: RuntimeError(
                 f"the dispatcher of policy {self.policy.name!r} failed ({err!r}) before task {t.state.id} was launched"))
+        self.book.tell(left)
+
+    def ray_gone(self) -> None:
+        """``ray.shutdown()`` came without ``ra.shutdown()``: stop without another call to Ray (one would
+        start a new Ray). Tasks not launched fail with :class:`RayGoneError`, as does every later
+        submission; those launched went with Ray."""
+        if self.watcher is not None:
+            self.watcher.stop()
+        with self._cond:
+            self._ray_gone = self._closed = True
+            self._cond.notify_all()
+            left = self.book.settle(lambda t: not t.launched, lambda t: RayGoneError(
+                f"Ray was shut down before task {t.state.id} of policy {self.policy.name!r} was launched"))
         self.book.tell(left)
 
     # ---------------------------------------------------------- live switches
@@ -361,6 +381,9 @@ class Router:
         self._dispatcher.join(timeout=timeout)
         with self._cond:
             self.book.free_unlaunched()
+        if not ray.is_initialized():  # (Ray went first: a call now would start it again)
+            self.decider.close(switching=True)
+            return len(left)
         self.decider.close()
         try:
             self.topology.store.leave.remote(self.client)

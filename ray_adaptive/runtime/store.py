@@ -23,6 +23,7 @@ import ray
 from ray_adaptive._private import gcs_kv
 from ray_adaptive.plan import RoleSpec, Scheduler
 from ray_adaptive.plan.replicas import copy_state, merge_into, same_state
+from ray_adaptive.runtime import tenancy
 from ray_adaptive.runtime.messages import SyncAnswer
 
 __all__ = ["StateStore", "StoreClient", "ping"]
@@ -58,7 +59,9 @@ class StateStore:
     restarts is asked again (the coordinator announces again).
     """
 
-    def __init__(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]):
+    def __init__(self, config: dict, state: dict, merge: Optional[Mapping[str, str]],
+                 bind: Optional[Mapping[str, str]] = None):
+        """``bind``: Task field -> what the operator bound it to (see :mod:`ray_adaptive.runtime.tenancy`)."""
         durable = gcs_kv.get(self.durable_key(config))
         if durable is not None and durable[0]["generation"] >= config["generation"]:
             config, state, merge = durable  # restarted after a switch: the plan in force now
@@ -68,6 +71,8 @@ class StateStore:
         self._merge = dict(merge or {})
         self._outstanding: Dict[str, Dict[str, int]] = {}
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
+        self._jobs: Dict[str, Tuple[str, float]] = {}  # registered process -> (its Ray job, when it attached)
+        self._bind = dict(bind or {})
         # or "preparing" / "freezing": a switch to generation + 1 shows its config / was announced
         self._phase = "running"
         self._next: Optional[dict] = None  # while switching: the config of the next generation
@@ -92,17 +97,29 @@ class StateStore:
         """Nothing: a caller times the round trip (the monitor's message latency)."""
 
     # -- processes ------------------------------------------------------------
-    def join(self, client: str, timeout_s: float = 30.0) -> dict:
-        """Register a submitting process; return the config in force (after a switch in progress ends)."""
+    def join(self, client: str, timeout_s: float = 30.0, job: str = "") -> dict:
+        """Register a submitting process (of Ray job ``job``); return the config in force (after a switch
+        in progress ends)."""
         with self._cond:
             self._cond.wait_for(lambda: self._phase == "running", timeout=timeout_s)
             self._clients[client] = time.monotonic()
+            self._jobs.setdefault(client, (job, time.time()))
             return self._config
+
+    def bound_for(self, job: str) -> Dict[str, Any]:
+        """The values the operator bound Task fields to for ``job`` (see :mod:`ray_adaptive.runtime.tenancy`)."""
+        return tenancy.bound_values(self._bind, job)
+
+    def clients(self) -> Dict[str, str]:
+        """Registered process -> its Ray job (what the runtime's owner watches for jobs that end)."""
+        with self._cond:
+            return {c: self._jobs.get(c, ("", 0.0))[0] for c in self._clients}
 
     def leave(self, member: str) -> None:
         with self._cond:
             self._outstanding.pop(member, None)
             self._clients.pop(member, None)
+            self._jobs.pop(member, None)
             self._reports.pop(member, None)
             self._acks.pop(member, None)
             self._requests.pop(member, None)
@@ -153,6 +170,11 @@ class StateStore:
         with self._cond:
             self._info.update(info)
 
+    def info(self) -> dict:
+        """What the owner told operators (:meth:`set_info`)."""
+        with self._cond:
+            return dict(self._info)
+
     def describe(self) -> dict:
         """Everything ``ray-adaptive status`` shows of this runtime (see :mod:`ray_adaptive.status`)."""
         cfg = self._config
@@ -166,6 +188,8 @@ class StateStore:
                     "actors": {"store": ray.get_runtime_context().get_node_id(), "selector": cfg.get("selector"),
                                "placements": list(cfg.get("placements", []))},
                     "clients": {c: round(now - seen, 1) for c, seen in self._clients.items()},
+                    "jobs": {c: {"job": job, "attached": at} for c, (job, at) in self._jobs.items()},
+                    "bind": dict(self._bind),
                     "reports": {c: dict(r) for c, r in self._reports.items()}, "info": dict(self._info)}
 
     # -- switches -------------------------------------------------------------

@@ -87,11 +87,16 @@ class Follower(Protocol):
     def explain(self, task_id: str) -> dict: ...
 
 
+class _Stopped(Exception):
+    """The watcher was stopped while a long poll was in flight."""
+
+
 class PlanWatcher:
     """A submitting process's side of live switches: follows the store's generation and phase (a long poll)
     and freezes, acks and resumes its router (see the module doc)."""
 
     POLL_S = 2.0
+    STOP_CHECK_S = 0.1
 
     def __init__(self, router: Follower):
         self._router = router
@@ -105,20 +110,23 @@ class PlanWatcher:
         self._thread = threading.Thread(target=self._run, name="ra-plan-watcher", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop following, and wait (``timeout`` s at most) until this thread makes no more calls to Ray:
+        a process that exits right after must find none in flight."""
         self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         known: Tuple = (self.generation, "running", None)
         while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
             try:
-                generation, phase, incarnation, requests, news = ray.get(
-                    self._store.watch.remote(*known, self.POLL_S, self._router.client), timeout=self.POLL_S + 30)
+                generation, phase, incarnation, requests, news = self._watch(known)
+            except _Stopped:
+                return
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
                 continue
-            if self._stop.is_set():
-                return
             for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
                 threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
@@ -128,6 +136,18 @@ class PlanWatcher:
                 self._stop.wait(0.1)
                 continue
             known = (generation, phase, incarnation)
+
+    def _watch(self, known: Tuple) -> tuple:
+        """The store's answer to a long poll, looked for every ``STOP_CHECK_S`` so that :meth:`stop` is
+        heard at once (a ``ray.get`` cannot be interrupted)."""
+        ref = self._store.watch.remote(*known, self.POLL_S, self._router.client)
+        deadline = time.monotonic() + self.POLL_S + 30
+        while not ray.wait([ref], timeout=self.STOP_CHECK_S)[0]:
+            if self._stop.is_set() or not ray.is_initialized():
+                raise _Stopped
+            if time.monotonic() > deadline:
+                raise TimeoutError("the state store did not answer a watch")
+        return ray.get(ref)
 
     def _explain(self, rid: str, task_id: str) -> None:
         try:
@@ -239,10 +259,12 @@ def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[di
 
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
-           on_phase: Optional[Callable[[str, Topology], None]] = None) -> Tuple[Topology, dict]:
+           on_phase: Optional[Callable[[str, Topology], None]] = None, rebuild: bool = False) -> Tuple[Topology, dict]:
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
     topology and what happened (``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
-    ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published)."""
+    ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
+    ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
+    left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`)."""
     def phase(name: str, topo: Topology) -> None:
         if on_phase is not None:
             on_phase(name, topo)
@@ -250,14 +272,14 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     store = old.store
     generation = old.generation + 1
     new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records,
-                           old.overflow)
+                           old.overflow, old.detached)
     new.start_actors()
     phase("built", new)
     _prepare_all(store, generation, new.config(), PREPARE_TIMEOUT_S)
     start = time.perf_counter()
     unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
     phase("frozen", new)
-    state, exact = _collect(old, store, incarnation)
+    state, exact = (None, False) if rebuild else _collect(old, store, incarnation)
     phase("collected", new)
     if not exact:
         state = None

@@ -77,6 +77,7 @@ class Topology:
     records: int = 0  # decisions each scheduler keeps to explain them (see ray_adaptive.plan.explain)
     overflow: bool = False  # Ray's queue holds a full cluster's tasks (see ray_adaptive.plan.holding)
     found: bool = True  # its placement actors were looked up (see from_config)
+    detached: bool = False  # its actors are owned by no process (a policy service: see ray_adaptive.api.service)
     specs: Dict[Role, RoleSpec] = field(init=False)
     lease: Optional[RoleSpec] = field(init=False)
 
@@ -101,7 +102,7 @@ class Topology:
         k = self.plan.k(len(self.nodes)) if selector and Role.SCHEDULERS in self.specs else 0
         return {"plan": self.plan, "nodes": self.nodes, "slots": self.slots, "t0": self.t0, "generation": g,
                 "rebuild": self.rebuild, "driver_node": self.driver_node, "records": self.records,
-                "overflow": self.overflow,
+                "overflow": self.overflow, "detached": self.detached,
                 "selector": actor_name(name, "selector", g) if selector else None,
                 "placements": [actor_name(name, f"placement-{i}", g) for i in range(k)],
                 # the selector's handle, once started (the first generation's config is made before it):
@@ -123,7 +124,8 @@ class Topology:
         overflow = cfg.get("overflow", False)
         return cls(cfg["plan"], cfg["nodes"], cfg["slots"], cfg["t0"], store,
                    selector, placements, cfg.get("generation", 0), cfg.get("rebuild", False),
-                   cfg.get("driver_node", ""), cfg.get("records", 0), overflow, found=find_placements)
+                   cfg.get("driver_node", ""), cfg.get("records", 0), overflow, found=find_placements,
+                   detached=cfg.get("detached", False))
 
     def _placements(self) -> list:
         """The placement actors, looked up now if :meth:`from_config` left them."""
@@ -158,18 +160,19 @@ class Topology:
         """Start the selector and placement actors this generation needs, and wait until they are up."""
         plan, specs, nodes, g = self.plan, self.specs, self.nodes, self.generation
         name = plan.policy.name
+        life = _lifetime(self.detached)
         if Role.SELECTOR in specs:
             if Role.SCHEDULERS in specs:
                 self.placements = [
                     ray.remote(Placement).options(
-                        num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE,
+                        num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE, **life,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)].id, soft=False),
                     ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records)
                     for i in range(plan.k(len(nodes)))
                 ]
             self.selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
                 name=actor_name(name, "selector", g), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
-                max_restarts=-1, scheduling_strategy=_near(self.driver_node),
+                max_restarts=-1, **life, scheduling_strategy=_near(self.driver_node),
             ).remote(specs[Role.SELECTOR], list(nodes),
                      [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
                      lease=self.lease is not None, awaiting_state=g > 0, records=self.records)
@@ -198,15 +201,18 @@ class Topology:
 
 
 def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], driver_node: str,
-          records: int = 0, overflow: bool = False) -> Topology:
+          records: int = 0, overflow: bool = False, detached: bool = False,
+          bind: Optional[Dict[str, str]] = None) -> Topology:
     """Start the actors of ``plan`` on the connected cluster's ``nodes``;
     each scheduler keeps its last ``records`` decisions, to explain them; ``overflow``: Ray's queue
-    holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`)."""
-    topo = build_generation(plan, 0, nodes, slots, time.time(), None, driver_node, records, overflow)
+    holds a full cluster's tasks (see :mod:`ray_adaptive.plan.holding`); ``detached``: owned by no
+    process (they outlive the one building them); ``bind``: Task fields bound to the submitting
+    job (see :mod:`ray_adaptive.runtime.tenancy`)."""
+    topo = build_generation(plan, 0, nodes, slots, time.time(), None, driver_node, records, overflow, detached)
     store = ray.remote(StateStore).options(  # restarted if its process dies (see StateStore)
         name=actor_name(plan.policy.name, "store"), namespace=NAMESPACE, num_cpus=0, max_concurrency=256,
-        max_restarts=-1, scheduling_strategy=_near(driver_node),
-    ).remote(topo.config(), topo.initial_state(), topo.merge_rules())
+        max_restarts=-1, scheduling_strategy=_near(driver_node), **_lifetime(detached),
+    ).remote(topo.config(), topo.initial_state(), topo.merge_rules(), bind)
     topo.store = store
     wait_ready([store])
     topo.start_actors()
@@ -221,16 +227,21 @@ def _find(name: str):
         return None
 
 
+def _lifetime(detached: bool) -> dict:
+    return {"lifetime": "detached"} if detached else {}
+
+
 def _near(node_id: str):
     return NodeAffinitySchedulingStrategy(node_id, soft=True)
 
 
 def build_generation(plan: LoweredPlan, generation: int, nodes: Sequence[NodeState], slots: Dict[str, str], t0: float,
-                     store: Actor, driver_node: str, records: int = 0, overflow: bool = False) -> Topology:
+                     store: Actor, driver_node: str, records: int = 0, overflow: bool = False,
+                     detached: bool = False) -> Topology:
     """The topology of ``plan``'s ``generation``: its actors are started by :meth:`Topology.start_actors`
     (generation 0 once the store exists; a later one awaiting the State a switch installs)."""
     return Topology(plan, list(nodes), dict(slots), t0, store, generation=generation, driver_node=driver_node,
-                    records=records, overflow=overflow)
+                    records=records, overflow=overflow, detached=detached)
 
 
 JOIN_ATTEMPTS = 300  # (0.1 s apart) while the store restarts
@@ -245,7 +256,7 @@ def join(policy_name: str, client: str) -> Optional[Topology]:
         return None
     for attempt in itertools.count():
         try:
-            cfg = ray.get(store.join.remote(client))
+            cfg = ray.get(store.join.remote(client, job=ray.get_runtime_context().get_job_id()))
             break
         except ray.exceptions.ActorUnavailableError:  # restarting (see StateStore): it comes back
             if attempt >= JOIN_ATTEMPTS:

@@ -1,0 +1,78 @@
+"""The owner's watch over the jobs attached to a runtime: a job that ends leaves the policy.
+
+Every process that submits to a runtime is registered at its store with
+its Ray job. A job that ends -- its driver returns, ``ray job stop``, a
+SIGKILL -- leaves no process to finish its side: its undecided tasks would
+wait in a scheduler's queue for a caller that is gone, and its running
+tasks' share of State (their OnDispatch: a DRF allocation, a node's load)
+would stay for good -- Ray kills those tasks' workers when their owner
+dies, and no OnFinish would ever come. :class:`JobWatch`, a thread in the
+runtime's owner (the process that started it, or the policy service),
+looks at the GCS job table every ``PERIOD_S`` and hands the processes of
+jobs marked dead to ``evict``, which takes them out of the runtime (see
+:meth:`ray_adaptive.api.PolicyRuntime.evict`).
+
+Ray has no subscription to job events; the job table is one GCS read for
+every job at once, and a driver's death shows there within ~0.1 s here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Dict, List
+
+import ray
+
+from ray_adaptive._private import jobs
+from ray_adaptive.runtime.messages import Actor
+
+__all__ = ["JobWatch", "dead_clients"]
+
+log = logging.getLogger(__name__)
+
+
+def dead_clients(clients: Dict[str, str], table: Dict[str, jobs.JobRecord], keep: str) -> Dict[str, List[str]]:
+    """Job -> its registered processes, for each job the table marks dead (never ``keep``: the owner's
+    own client, whose job -- the one that created a detached service -- may well have ended)."""
+    out: Dict[str, List[str]] = {}
+    for client, job in sorted(clients.items()):
+        record = table.get(job)
+        if client != keep and record is not None and record.dead:
+            out.setdefault(job, []).append(client)
+    return out
+
+
+class JobWatch:
+    """The thread (see the module doc); ``evict(job, clients)`` is called for each job found dead."""
+
+    PERIOD_S = 0.5
+
+    def __init__(self, store: Actor, own_client: str, evict: Callable[[str, List[str]], None], name: str):
+        self._store, self._own, self._evict = store, own_client, evict
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ra-jobs-{name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.PERIOD_S) and ray.is_initialized():  # (a call after ray.shutdown would start Ray)
+            try:
+                self.check()
+            except Exception:  # the store restarts, or the runtime is shutting down: look again
+                if ray.is_initialized() and not self._stop.is_set():
+                    log.debug("ray-adaptive: looking for jobs that ended failed", exc_info=True)
+
+    def check(self) -> Dict[str, List[str]]:
+        """Evict the processes of every job that ended; return them (by job)."""
+        clients = ray.get(self._store.clients.remote(), timeout=30)
+        dead = dead_clients(clients, jobs.job_table(), self._own) if clients else {}
+        for job, gone in dead.items():
+            if self._stop.is_set():
+                break
+            self._evict(job, gone)
+        return dead
