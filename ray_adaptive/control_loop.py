@@ -169,9 +169,16 @@ class ControlLoop:
         self.rt.show_evaluation({"reason": verdict.reason, "measured": verdict.measured,
                                  "candidate": verdict.candidate, "estimate": estimate},
                                 (estimate or {}).get("goodput"))
-        if verdict.switch_to is not None:
-            self.rt.switch(verdict.switch_to, reason=verdict.reason, estimates=verdict.estimates,
-                           measured=verdict.measured)
+        if verdict.switch_to is not None and verdict.switch_to.name == self.rt.plan.name:
+            self.switched(self.rt.plan.name)  # (a forced switch put it in force since the evaluation began)
+        elif verdict.switch_to is not None:
+            try:
+                self.rt.switch(verdict.switch_to, reason=verdict.reason, estimates=verdict.estimates,
+                               measured=verdict.measured)
+            except Exception:  # (e.g. a forced switch put that plan in force meanwhile: evaluate again)
+                log.warning("ray-adaptive: the controller of policy %r could not switch to %s", self.rt.name,
+                            verdict.switch_to.name, exc_info=True)
+                self.switched(self.rt.plan.name)
         self._maybe_refresh(m)
 
     def _maybe_refresh(self, m: Measurement) -> None:

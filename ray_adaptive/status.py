@@ -13,6 +13,7 @@ submitted a task why it waits, or why it landed where it did.
 from __future__ import annotations
 
 import re
+import time
 from typing import Dict, List, Optional
 
 from ray_adaptive.errors import RayAdaptiveError
@@ -48,18 +49,26 @@ def connect(address: Optional[str]) -> None:
 
 
 def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
-    """Fail in seconds when nothing listens at a ``host:port`` address.
+    """Fail in seconds when nothing listens at a ``host:port`` / ``[IPv6]:port`` address, when its port is
+    not one, or when the address is ``local`` (``ray.init`` would start a new, empty cluster: a command
+    that reads a cluster must never make one).
 
     Ray's own connect retries the GCS for about a minute before it gives up,
     which reads as a hung command to an operator who mistyped a port.
     """
     import socket
 
-    m = re.fullmatch(r"([^:/]+):(\d+)", address or "")
+    if address == "local":
+        raise StatusError("--address local would start a new, empty Ray cluster just for this command: give the "
+                          "running cluster's address (host:port, or auto for the one this machine runs)")
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:([-+]?\d+)|([^:/\[\]]+):([-+]?\d+)", address or "")
     if m is None:  # "auto", "ray://...", or a bare host: leave it to Ray
         return
+    host, port = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    if not 1 <= int(port) <= 65535:
+        raise StatusError(f"cannot reach a Ray cluster at {address!r}: {port} is not a port (1-65535)")
     try:
-        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as err:
         raise StatusError(f"cannot reach a Ray cluster at {address!r}: nothing answers there ({err})") from None
 
@@ -109,6 +118,8 @@ def describe(policy: str) -> dict:
         n["slot_capacity"], n["slot_in_use"] = slot.get("total"), (slot.get("total", 0) - slot.get("available", 0)
                                                                    if slot else None)
     d["groups"] = _groups(d["reports"].values())
+    d["jobs"] = jobs_of(d)
+    d["service"] = _service_alive(policy)
     latencies = [r["decision_p99_s"] for r in d["reports"].values() if r.get("decision_p99_s") is not None]
     if selector is not None:
         p50, p99 = percentiles(ray.get(selector.decision_latencies.remote(), timeout=30)[-10_000:], (0.5, 0.99))
@@ -119,6 +130,51 @@ def describe(policy: str) -> dict:
         d["decision_p50_s"] = sorted(p50s)[len(p50s) // 2] if p50s else None
     d["goodput_per_s"] = round(sum(g.get("goodput_per_s", 0.0) for g in d["groups"].values()), 2)
     return d
+
+
+def jobs_of(d: dict) -> List[dict]:
+    """The jobs attached to a runtime (from its store's :meth:`describe`): each with its processes, tasks
+    pending and running, its tenants (the values bound to it, or the groups its processes reported) and
+    when it attached. The owner's own process (it submits nothing) is left out."""
+    from ray_adaptive.runtime.tenancy import bound_values
+
+    by_job: Dict[str, dict] = {}
+    owner = d.get("info", {}).get("owner")
+    for client, j in d.get("jobs", {}).items():
+        if client == owner:
+            continue
+        report = d["reports"].get(client, {})
+        groups = report.get("groups", {})
+        job = by_job.setdefault(j["job"], {"job": j["job"], "processes": 0, "pending": 0, "running": 0,
+                                           "tenants": set(), "attached": j["attached"]})
+        job["processes"] += 1
+        job["attached"] = min(job["attached"], j["attached"])
+        for g, c in groups.items():
+            job["pending"] += c.get("pending", 0)
+            job["running"] += c.get("running", 0)
+            if c.get("arrivals"):
+                job["tenants"].add(g)
+    bind = d.get("bind") or {}
+    out = []
+    for job in sorted(by_job.values(), key=lambda j: j["attached"]):
+        if bind:
+            bound = bound_values(bind, job["job"])
+            job["tenants"] = {v["value"] for v in bound.values() if "value" in v}
+        job["tenants"] = sorted(job["tenants"])
+        out.append(job)
+    return out
+
+
+def _service_alive(policy: str) -> bool:
+    import ray
+
+    from ray_adaptive.runtime.topology import actor_name
+
+    try:
+        ray.get_actor(actor_name(policy, "service"), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
 
 
 def _groups(reports) -> Dict[str, dict]:
@@ -151,7 +207,15 @@ def format_status(d: dict) -> str:
                + (f"; selector on {a['selector']['node'][:12]}" if a["selector"] else "")
                + (f"; {len(a['placements'])} placement(s) on "
                   + ", ".join((p['node'] or 'gone')[:12] for p in a["placements"]) if a["placements"] else ""))
-    out.append(f"  processes submitting: {len(d['clients'])}")
+    owner = "the policy service (ray-adaptive stop " + d["policy"] + ")" if d.get("service") else "a driver"
+    out.append(f"  owned by {owner}; processes attached: {sum(j['processes'] for j in d.get('jobs', []))}"
+               + (f"; bound to the job: {', '.join(f'{k}={v}' for k, v in d['bind'].items())}" if d.get("bind") else ""))
+    if d.get("jobs"):
+        out.append("  jobs: id / processes / pending / running / tenants / attached")
+        for j in d["jobs"]:
+            when = time.strftime("%H:%M:%S", time.localtime(j["attached"]))
+            out.append(f"    {j['job']:<10} {j['processes']:>3} {j['pending']:>6} {j['running']:>6}   "
+                       f"{','.join(j['tenants']) or '-':<12} {when}")
     out.append("  nodes (slot in use / capacity):")
     for n in d["nodes"]:
         out.append(f"    {n['id'][:12]}  {n['slot_in_use']} / {n['slot_capacity']}   executors {n['executors']}, "

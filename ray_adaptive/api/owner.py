@@ -88,7 +88,7 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
         ray.get(topology.store.join.remote(client, job=ray.get_runtime_context().get_job_id()))
         rt = attached(p, analysis, why, topology, client, o.group_by, o.metrics_every_s, binding)
         rt.holding = holding
-        rt.publish_info(group_by=o.group_by)
+        rt.publish_info(group_by=o.group_by, owner=client)  # (status leaves the owner's own process out)
         if o.adapt is not None:
             rt.control_loop = _control_loop(rt, o.adapt, o.profile)
         rt.jobs = JobWatch(topology.store, client, rt.evict, p.name)

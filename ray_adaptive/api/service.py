@@ -60,6 +60,10 @@ class PolicyService:
     def history(self) -> List[dict]:
         return self._rt.history
 
+    def export(self) -> dict:
+        """Queues and State of the plan in force's schedulers (see :meth:`PolicyRuntime.export`)."""
+        return self._rt.export()
+
     def stop(self, timeout: float = 60.0) -> None:
         """Stop the runtime: its actors and slots are removed (the caller then kills this actor)."""
         if self._error is None:
@@ -76,7 +80,7 @@ def find(name: str) -> Any:
 
 def launch(policy: Policy, options: Options, timeout_s: float = READY_TIMEOUT_S) -> Dict[str, Any]:
     """Start ``policy``'s service on the connected cluster and wait until it serves; return its plan and why."""
-    service = ray.remote(PolicyService).options(
+    service: Any = ray.remote(PolicyService).options(  # (Ray's stubs type the handle loosely)
         name=actor_name(policy.name, "service"), namespace=NAMESPACE, lifetime="detached", num_cpus=0,
         max_concurrency=16, max_restarts=0,
     ).remote(policy, options)

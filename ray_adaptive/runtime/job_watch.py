@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import ray
 
@@ -48,8 +48,9 @@ class JobWatch:
 
     PERIOD_S = 0.5
 
-    def __init__(self, store: Actor, own_client: str, evict: Callable[[str, List[str]], None], name: str):
+    def __init__(self, store: Actor, own_client: str, evict: Callable[[str, List[str]], Any], name: str):
         self._store, self._own, self._evict = store, own_client, evict
+        self._owed: Dict[str, List[str]] = {}  # job -> its processes, whose eviction is still to (re)do
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"ra-jobs-{name}", daemon=True)
         self._thread.start()
@@ -65,14 +66,19 @@ class JobWatch:
                 self.check()
             except Exception:  # the store restarts, or the runtime is shutting down: look again
                 if ray.is_initialized() and not self._stop.is_set():
-                    log.debug("ray-adaptive: looking for jobs that ended failed", exc_info=True)
+                    log.warning("ray-adaptive: taking the jobs that ended out of the runtime failed; trying again",
+                                exc_info=True)
 
     def check(self) -> Dict[str, List[str]]:
-        """Evict the processes of every job that ended; return them (by job)."""
+        """Evict the processes of every job that ended; return them (by job). A job whose eviction fails
+        is evicted again at the next check (its processes are unregistered by then: it is remembered)."""
         clients = ray.get(self._store.clients.remote(), timeout=30)
         dead = dead_clients(clients, jobs.job_table(), self._own) if clients else {}
         for job, gone in dead.items():
+            self._owed[job] = sorted(set(self._owed.get(job, [])) | set(gone))
+        for job, gone in list(self._owed.items()):
             if self._stop.is_set():
                 break
             self._evict(job, gone)
+            del self._owed[job]
         return dead

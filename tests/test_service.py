@@ -1,0 +1,243 @@
+"""The policy service on the session's cluster: one runtime of a policy shared by every job, owned by none.
+
+Jobs are driver processes of ``examples/jobs/team_job.py`` (each its own Ray job, its team in its job
+metadata, as ``ray job submit --metadata-json`` sets it; release_tests/shared_service.py goes through
+Ray's job API itself). Each task creates a marker file exclusively: a task run twice fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+import ray_adaptive as ra
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "examples" / "jobs" / "team_job.py"
+NAMESPACE = "ray_adaptive"
+ZERO = [0.0, 0.0, 0.0]
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ray_adaptive", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+class Job:
+    """A team's job: a driver process of team_job.py, its output lines read as they come."""
+
+    def __init__(self, address: str, team: str, tasks: int, markers: Path, *extra: str):
+        self.team = team
+        self.proc = subprocess.Popen([sys.executable, str(JOB), "--address", address, "--team", team,
+                                      "--tasks", str(tasks), "--markers", str(markers), "--every", "5", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.lines: list = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.lines.append(json.loads(line))
+
+    @property
+    def id(self) -> str:
+        return next((x["job"] for x in self.lines if "job" in x), "")
+
+    @property
+    def finished(self) -> int:
+        return max([0] + [x.get("finished", x.get("done", 0)) for x in self.lines])
+
+    def wait(self, timeout: float = 240) -> int:
+        rc = self.proc.wait(timeout)
+        self._reader.join(5)
+        return rc
+
+    def kill(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(30)
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.poll() is not None else ""
+
+
+def _markers(folder: Path, job: str) -> list:
+    return [p for p in folder.iterdir() if p.name.startswith(job + "-")]
+
+
+def _service(policy: str):
+    return ray.get_actor(f"ra-{policy}-service", namespace=NAMESPACE)
+
+
+def _selector_state(policy: str) -> dict:
+    return ray.get(_service(policy).export.remote(), timeout=60)["selector"]["state"]
+
+
+def _alloc(state: dict, tenant: str) -> list:
+    return [float(x) for x in state["alloc"].get(tenant, ZERO)]
+
+
+def _left_on_cluster(policy: str) -> tuple:
+    from ray_adaptive import resources
+
+    actors = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+              if a.get("namespace") == NAMESPACE and a["name"].startswith(f"ra-{policy}-")]
+    slots = {n: [k for k in names if k.startswith(f"ra-{policy}-slot-")]
+             for n, names in resources.get_cluster_state().items()}
+    return actors, {n: k for n, k in slots.items() if k}
+
+
+def _jain(xs) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+@pytest.fixture
+def markers(tmp_path):
+    folder = tmp_path / "markers"
+    folder.mkdir()
+    return folder
+
+
+def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_cluster, markers):
+    address = ray_cluster.cluster.address
+    served = _cli("serve", "drf_lb", "--address", address, "--bind", "tenant=metadata:team")
+    assert served.returncode == 0, served.stderr
+    assert "policy drf_lb: served, plan centralized" in served.stdout and "why:" in served.stdout
+    again = _cli("serve", "drf_lb", "--address", address)
+    assert again.returncode == 1 and "already runs on this cluster" in again.stderr, again.stderr
+    a = Job(address, "a", 100_000, markers, "--claim", "b")  # (runs until killed)
+    b = Job(address, "b", 400, markers)
+    try:
+        wait_for(lambda: a.finished >= 20 and b.finished >= 20, timeout=90, message="both jobs under way")
+        # both keep a backlog: DRF-LB serves the two teams alike (each task holds the same vector)
+        t0 = time.time()
+        time.sleep(3.0)
+        t1 = time.time()
+        started = [sum(1 for p in _markers(markers, j.id) if t0 <= p.stat().st_mtime <= t1) for j in (a, b)]
+        assert min(started) > 0 and _jain(started) >= 0.95, started
+        claim = next(x for x in a.lines if "claim" in x)
+        assert claim["refused"] == "TenantBindingError" and "'a'" in claim["why"], claim
+        status = json.loads(_cli("status", "drf_lb", "--address", address, "--json").stdout)
+        teams = {j["job"]: j["tenants"] for j in status["jobs"]}
+        assert teams.get(a.id) == ["a"] and teams.get(b.id) == ["b"], status["jobs"]
+        assert status["service"] and status["bind"] == {"tenant": "metadata:team"}
+
+        a.kill(signal.SIGKILL)  # no ra.shutdown, no atexit: its tasks die with it, Ray says the job is dead
+        killed = time.monotonic()
+        history = wait_for(lambda: [h for h in ray.get(_service("drf_lb").history.remote()) if a.id in h["reason"]],
+                           timeout=15, message="job a evicted")
+        assert history[0]["from"] == history[0]["to"]  # the plan in force, its State rebuilt
+        assert _alloc(_selector_state("drf_lb"), "a") == ZERO  # what a's tasks held left with it
+        assert time.monotonic() - killed < 15
+        assert b.wait() == 0, b.stderr()
+        assert b.lines[-1] == {"job": b.id, "done": 400}
+        assert len(_markers(markers, b.id)) == 400  # each ran once (a second run fails on its marker)
+        # nothing of b's runs now: the State holds nothing at all
+        wait_for(lambda: all(_alloc(_selector_state("drf_lb"), t) == ZERO for t in "abc"), timeout=15,
+                 message="every allocation released")
+
+        c = Job(address, "c", 40, markers)  # a job attaching later is served as well
+        assert c.wait() == 0, c.stderr()
+        assert len(_markers(markers, c.id)) == 40
+    finally:
+        for j in (a, b):
+            j.kill(signal.SIGKILL)
+        stopped = _cli("stop", "drf_lb", "--address", address)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert _left_on_cluster("drf_lb") == ([], {})
+    assert _cli("stop", "drf_lb", "--address", address).returncode == 1  # nothing runs any more
+
+
+def _table(policy: str, nodes: int, executors: int, queue: int):
+    """Estimates that call for the hybrid above ~32 tasks/s (the log-midpoint of the grid), centralized below."""
+    from ray_adaptive.compiler import select_plan
+    from ray_adaptive.control import EstimateTable, PlanEstimate
+    from ray_adaptive.dsl import load_policy
+
+    p = load_policy(policy)
+    plans = tuple(select_plan(p, name, nodes=nodes, executors=executors, queue=queue)[0]
+                  for name in ("centralized", "hybrid"))
+    c, h = (pl.name for pl in plans)
+    low = {c: PlanEstimate(300.0, 1.0, 1.0, 2e-3), h: PlanEstimate(300.0, 1.0, 1.0, 3e-3)}
+    high = {c: PlanEstimate(10.0, 1.0, 1.0, 2e-3), h: PlanEstimate(300.0, 1.0, 1.0, 3e-3)}
+    return EstimateTable(policy, p.score.limit, nodes, 4.0 * nodes * executors, (1.0, 1000.0), (1.0,), plans,
+                         {(0, 0): low, (1, 0): high}, {(0, 0): c, (1, 0): h}), c, h
+
+
+def test_an_adaptive_service_switches_live_under_two_jobs_and_each_task_runs_once(ray_cluster, markers):
+    table, central, hybrid = _table("drf_lb", 4, 2, 2)
+    rt = ra.start("drf_lb", plan="adaptive", detached=True, bind={"tenant": "job"}, table=table, initial="centralized",
+                  every_s=0.5, window_s=1.0, consecutive=1, dwell_s=0.0, margin=0.0)
+    address = ray_cluster.cluster.address
+    a, b = Job(address, "a", 300, markers), Job(address, "b", 100_000, markers)  # (b runs until stopped)
+    try:
+        assert rt.binding is None and rt.plan.name == central  # this process attached; the service owns it
+        wait_for(lambda: a.finished >= 10 and b.finished >= 10, timeout=90, message="both jobs under way")
+        controlled = wait_for(lambda: [h for h in ray.get(_service("drf_lb").history.remote())
+                                       if h["reason"] != "forced" and h["to"] == hybrid], timeout=60,
+                              message="the controller's switch to the hybrid")
+        assert controlled[0]["measured"]["rate"] > 31.6  # the load of both jobs, measured by the service
+        entry = rt.switch("centralized")  # forced, from an attached process: the service makes it
+        assert entry["to"] == central and entry["reason"] == "forced"
+        wait_for(lambda: rt.topology.generation >= entry["generation"], timeout=30,
+                 message="this process follows the switch")
+        assert b.proc.poll() is None
+        b.kill(signal.SIGTERM)  # what `ray job stop` sends first
+        wait_for(lambda: [h for h in ray.get(_service("drf_lb").history.remote()) if b.id in h["reason"]],
+                 timeout=15, message="job b evicted")
+        assert a.wait() == 0, a.stderr()
+        assert a.lines[-1] == {"job": a.id, "done": 300}
+        assert len(_markers(markers, a.id)) == 300  # each ran once, across three switches and an eviction
+    finally:
+        for j in (a, b):
+            j.kill(signal.SIGKILL)
+        ra.stop("drf_lb")
+    assert ra.runtime_of.__name__  # (the module stays importable after a stop)
+    assert _left_on_cluster("drf_lb") == ([], {})
+
+
+def test_ray_shut_down_under_a_runtime_stops_its_threads_and_never_starts_ray_again(ray_cluster):
+    """``ray.shutdown()`` without ``ra.shutdown()``: every library thread stops within a second, without a
+    traceback, and nothing starts Ray again; a later ``ra.shutdown()`` returns at once."""
+    address = ray_cluster.cluster.address
+
+    @ra.policy("least_loaded")
+    @ray.remote(num_cpus=1)
+    def noop(i):
+        return i
+
+    def ours():
+        return [t.name for t in threading.enumerate() if t.name.startswith("ra-") and t.is_alive()]
+
+    rt = ra.start("least_loaded", plan="adaptive", every_s=0.5, window_s=1.0)
+    try:
+        assert ray.get([noop.remote(i) for i in range(20)]) == list(range(20))
+        assert ours()
+        ray.shutdown()
+        wait_for(lambda: not ours(), timeout=1.5, message=lambda: f"the library's threads to stop: {ours()}")
+        time.sleep(0.5)
+        assert not ray.is_initialized()
+        with pytest.raises(RuntimeError, match="Ray"):
+            noop.remote(1)
+        assert not ray.is_initialized()
+        started = time.monotonic()
+        ra.shutdown()
+        assert time.monotonic() - started < 2.0 and not ray.is_initialized()
+        assert rt.router.closed
+    finally:
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=None, logging_level="ERROR", log_to_driver=False)
+        ra.shutdown()
+        ra.stop("least_loaded")  # (the slots its driver could not remove without Ray)
+    assert _left_on_cluster("least_loaded") == ([], {})
