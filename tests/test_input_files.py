@@ -197,7 +197,8 @@ def test_a_length_1_resource_vec_is_an_error_not_a_broadcast():
     short = {"tenant": "b", "resource_vec": [0.5]}  # (DRF-LB's capacity has 3)
     data = {"nodes": NODES, "tasks": [{**drf_task(0), "fields": short, "duration": 10},  # (still holding [0.5] when:)
                                       {**drf_task(1), "arrival": 0.5, "fields": short}]}
-    with pytest.raises(PolicyRuntimeError, match=r"vectors of different lengths \(1 and 3\)"):
+    # refused as the scenario is read (issue 36), naming the length and where the policy fixes it
+    with pytest.raises(ScenarioError, match=r"tasks\[0\].*'resource_vec' must be a vec of length 3 .*drf_lb\.policy:15"):
         replay(load_policy("drf_lb"), scenario_from_dict(data))
 
 

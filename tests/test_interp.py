@@ -203,7 +203,7 @@ def test_hooks_on_scalars_equal_hooks_on_lanes(steps):
     shipped policy's hooks, and one using every construct, leave exactly the State the
     interpreter's closures leave when run over (1, 1) arrays."""
     from ray_adaptive.dsl import shipped_policies
-    from ray_adaptive.plan.replicas import same_state
+    from ray_adaptive.plan.replicas import copy_state, same_state
 
     policies = [parse_policy(_RICH_HOOKS)] + [load_policy(n) for n in shipped_policies()]
     nodes = [N(f"n{i}", i, load=i, executors=1 + i % 2, queue=2, zone="xy"[i % 2]) for i in range(4)]
@@ -215,6 +215,15 @@ def test_hooks_on_scalars_equal_hooks_on_lanes(steps):
             t = T(f"t{k}", float(k), tenant=tenant, vec=vec, n=n, w=w, urgent=urgent, tags=tags, key=tenant,
                   weight=w, cost=abs(w), resource_vec=vec)
             node = None if hook == "OnArrival" else nodes[i]
-            scalar.run_hook(hook, t, node)
+            before = copy_state(scalar.state)
+            try:
+                scalar.run_hook(hook, t, node)
+            except PolicyRuntimeError as err:  # (a write not finite: refused, and the hook undone -- issue 36)
+                assert "not a finite number" in str(err) or "not finite" in str(err), err
+                assert same_state(scalar.state, before), (p.name, hook, scalar.state, before)
+                _run_hook_on_lanes(lanes, hook, t, node)  # (the closures check nothing: they hold the value)
+                assert not same_state(lanes.state, before)
+                lanes.state = copy_state(before)
+                continue
             _run_hook_on_lanes(lanes, hook, t, node)
             assert same_state(scalar.state, lanes.state), (p.name, hook, scalar.state, lanes.state)

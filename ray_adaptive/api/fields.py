@@ -72,7 +72,8 @@ def check_fields(decls: Sequence[FieldDecl], values: Mapping[str, Any], what: st
         which = f"field {name!r} must be a vec of length {n}" if place == name else \
             f"field {name!r} must hold vecs of length {n}"
         raise TypeError(f"{what}: {which}{why}, got {values[name]!r}")
-    raise TypeError(f"{what}: field {name!r} must be {t}{_MEANING.get(t.kind, '')}, got {values[name]!r}")
+    meaning = _MEANING.get(t.kind, "") if t is not None else ""
+    raise TypeError(f"{what}: field {name!r} must be {t}{meaning}, got {values[name]!r}")
 
 
 def check_task_fields(policy: Policy, values: Mapping[str, Any], what: str, partial: bool = False) -> None:

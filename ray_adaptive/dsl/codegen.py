@@ -30,19 +30,19 @@ import operator
 import re
 import tokenize
 from functools import reduce
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Mapping, Optional
 
 import numpy as np
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.builtins import NODE_ATTRIBUTES, NODE_HIDDEN, TASK_ATTRIBUTES
-from ray_adaptive.dsl.values import (check_lengths, concat, map_set, reduce_vec, scalar_key, to_int, to_state,
-                                     vec_dtype, vec_item, vec_of, vec_with, zero_value)
+from ray_adaptive.dsl.values import (WriteCheck, check_lengths, concat, put, put_item, reduce_vec, scalar_key, to_int,
+                                     to_state, vec_dtype, vec_item, vec_of, vec_with, zero_value)
 
 __all__ = ["compile_hook", "hook_source", "audit"]
 
-#: ``hook(task, node, state, now, num_nodes)``; the caller holds ``np.errstate(all="ignore")``
-Hook = Callable[[Any, Any, dict, float, int], None]
+#: ``hook(task, node, state, now, num_nodes, journal=None)``; the caller holds ``np.errstate(all="ignore")``
+Hook = Callable[..., None]
 
 _TASK_ATTRIBUTES = tuple(TASK_ATTRIBUTES)
 _NODE_ATTRIBUTES = (*NODE_ATTRIBUTES, *NODE_HIDDEN)  # (get_load(node) reads node.load)
@@ -76,7 +76,7 @@ def _vec_op(fn, a, b, loc: ir.Loc):
 _RUNTIME = {
     "_vec": _vec, "_vec_item": vec_item, "_vec_with": vec_with, "_map_get": _map_get, "_vec_op": _vec_op,
     "_vec_of": vec_of, "_reduce_vec": reduce_vec, "_scalar_key": scalar_key, "_to_state": to_state,
-    "_fresh_to_state": _fresh_to_state, "_to_int": to_int, "_concat": concat, "_map_set": map_set,
+    "_fresh_to_state": _fresh_to_state, "_to_int": to_int, "_concat": concat, "_put": put, "_put_item": put_item,
     "_int": np.int64, "_float": np.float64, "_bool": np.bool_,
     "_add": operator.add, "_sub": operator.sub, "_mul": operator.mul, "_div": np.true_divide, "_mod": np.mod,
     "_not": np.logical_not, "_neg": np.negative, "_and": np.logical_and, "_or": np.logical_or,
@@ -86,12 +86,14 @@ _RUNTIME = {
 
 
 class _Emitter:
-    """One hook's source: lines, and the constants they name."""
+    """One hook's source: lines, and the constants they name; ``lengths``: the policy's vec lengths
+    (:mod:`ray_adaptive.dsl.lengths`), which its State writes keep."""
 
-    def __init__(self):
+    def __init__(self, lengths: Optional[Mapping[str, int]] = None):
         self.lines: List[str] = []
         self.constants: dict = {}
         self._temps = 0
+        self.lengths = lengths or {}
 
     def const(self, value) -> str:
         name = f"_k{len(self.constants)}"
@@ -221,19 +223,29 @@ class _Emitter:
         if isinstance(target, ir.Local):
             self.lines.append(f"{indent}{_local_name(target.name)} = {self.expr(value)}")
             return
+        # every State write is checked (finite, the place's vec length) and journaled: see values.put
         if isinstance(target, ir.StateRef):
-            self.lines.append(f"{indent}{_state_slot(target.name)} = {self._stored(value, target.type)}")
+            self.lines.append(f"{indent}_put(state, {_state_key(target.name)}, {self._stored(value, target.type)}, "
+                              f"{self._check(target.type, s.loc, target.name)}, _j)")
             return
         # state[key] = value: the container and key first, then the value (the lanes' order)
         container, key = self.temp(), self.temp()
         self.lines.append(f"{indent}{container} = {self.expr(target.base)}")
         self.lines.append(f"{indent}{key} = _scalar_key({self.expr(target.key)})")
         stored = self._stored(value, target.type)
-        if target.base.type.kind == "vec":  # a vec is never changed in place: State gets a new one
-            self.lines.append(f"{indent}{_state_slot(target.base.name)} = _vec_with({container}, {key}, {stored}, "
-                              f"{self.const(s.loc)})")
+        base = target.base
+        if base.type.kind == "vec":  # a vec is never changed in place: State gets a new one
+            self.lines.append(f"{indent}_put(state, {_state_key(base.name)}, _vec_with({container}, {key}, {stored}, "
+                              f"{self.const(s.loc)}), {self._check(base.type, s.loc, base.name)}, _j)")
         else:  # (a map holds at most MAX_MAP_KEYS keys)
-            self.lines.append(f"{indent}_map_set({container}, {key}, {stored}, {self.const(s.loc)})")
+            name = base.name if isinstance(base, ir.StateRef) else "a map"
+            check = self.const(WriteCheck(target.type, s.loc, name, self.lengths.get(f"state.{name}[]")))
+            self.lines.append(f"{indent}_put_item({container}, {key}, {stored}, {check}, _j)")
+
+    def _check(self, t: ir.Type, loc: ir.Loc, name: str) -> str:
+        """The constant checking writes of State variable ``name``."""
+        length = self.lengths.get(f"state.{name}[]" if t.kind == "map" else f"state.{name}")
+        return self.const(WriteCheck(t, loc, name, length))
 
 
 def _fresh(e: ir.Expr) -> bool:
@@ -256,13 +268,18 @@ def _local_name(name: str) -> str:
 
 
 def _state_slot(name: str) -> str:
-    """Where State variable ``name`` is, to read or assign."""
-    return f"state[{_identifier(name)!r}]"
+    """Where State variable ``name`` is, to read."""
+    return f"state[{_state_key(name)}]"
 
 
-def _emit(hook: ir.Function) -> _Emitter:
-    em = _Emitter()
-    em.lines.append(f"def {_identifier(hook.name)}(task, node, state, now, num_nodes):")
+def _state_key(name: str) -> str:
+    return repr(_identifier(name))
+
+
+def _emit(hook: ir.Function, lengths: Optional[Mapping[str, int]] = None) -> _Emitter:
+    em = _Emitter(lengths)
+    # (``_j``: the journal of State writes, for the caller to undo them; None: not kept)
+    em.lines.append(f"def {_identifier(hook.name)}(task, node, state, now, num_nodes, _j=None):")
     em.block(hook.body, "    ")
     return em
 
@@ -272,7 +289,7 @@ def hook_source(hook: ir.Function) -> str:
     return "\n".join(_emit(hook).lines)
 
 
-_WORDS = frozenset({"def", "if", "else", "pass", "len", "task", "node", "state", "now", "num_nodes", "fields",
+_WORDS = frozenset({"def", "if", "else", "pass", "len", "task", "node", "state", "now", "num_nodes", "fields", "_j", "None",
                     "OnArrival", "OnDispatch", "OnFinish", *_TASK_ATTRIBUTES, *_NODE_ATTRIBUTES, *_RUNTIME})
 _MADE = re.compile(r"v_\w+|_[kt]\d+")  # a DSL local; a constant; a temporary
 
@@ -296,10 +313,12 @@ def audit(source: str) -> None:
             raise ValueError(f"generated hook source holds {tok.string!r} at line {tok.start[0]}: not ours")
 
 
-def compile_hook(hook: ir.Function) -> Hook:
-    """``hook`` as a function ``fn(task, node, state, now, num_nodes)`` that updates ``state``;
-    call it under ``np.errstate(all="ignore")``, as :meth:`Interpreter.run_hook` does."""
-    em = _emit(hook)
+def compile_hook(hook: ir.Function, lengths: Optional[Mapping[str, int]] = None) -> Hook:
+    """``hook`` as a function ``fn(task, node, state, now, num_nodes, journal=None)`` that updates
+    ``state``, each write checked (``lengths``: the policy's, see :mod:`ray_adaptive.dsl.lengths`)
+    and noted in ``journal`` (see :func:`~ray_adaptive.dsl.values.undo`); call it under
+    ``np.errstate(all="ignore")``, as :meth:`Interpreter.run_hook` does."""
+    em = _emit(hook, lengths)
     source = "\n".join(em.lines)
     audit(source)
     namespace = {**_RUNTIME, **em.constants}

@@ -45,9 +45,10 @@ import numpy as np
 
 from ray_adaptive.dsl import ir
 from ray_adaptive.dsl.codegen import compile_hook
+from ray_adaptive.dsl.lengths import vec_lengths
 from ray_adaptive.dsl.values import (ARITH, as_vec_operand, check_lengths, compare_strings, concat, is_array, map_set,
-                                     reduce_vec, scalar_key, to_int, to_state, vec_dtype, vec_item, vec_of, vec_with,
-                                     zero_value)
+                                     reduce_vec, scalar_key, to_int, to_state, undo, vec_dtype, vec_item, vec_of,
+                                     vec_with, zero_value)
 from ray_adaptive.errors import PolicyRuntimeError
 
 class TaskView(Protocol):
@@ -439,7 +440,8 @@ def _program(policy: ir.Policy) -> tuple:
             return hit[1:]
 
     c = _Compiler(policy)
-    program = (c.block(policy.score.body), {h.name: compile_hook(h) for h in policy.hooks},
+    lengths = vec_lengths(policy)
+    program = (c.block(policy.score.body), {h.name: compile_hook(h, lengths) for h in policy.hooks},
                {d.name: c.expr(d.init) for d in policy.state if d.init is not None})
     with _PROGRAMS_LOCK:
         if len(_PROGRAMS) >= _PROGRAMS_MAX:
@@ -521,25 +523,37 @@ class Interpreter:
         return run
 
     def run_hook(self, name: str, task: TaskView, node: Optional[NodeView] = None, now: float = 0.0) -> None:
-        """Run ``OnArrival`` / ``OnDispatch`` / ``OnFinish`` (a no-op if the policy has none)."""
+        """Run ``OnArrival`` / ``OnDispatch`` / ``OnFinish`` (a no-op if the policy has none): all of
+        it, or -- a PolicyRuntimeError, such as a write that would leave State non-finite -- none."""
         run = self.hook(name)
         if run is not None:
             with np.errstate(all="ignore"):
                 run(task, node, now)
 
-    def hook(self, name: str) -> Optional[Callable[[TaskView, Optional[NodeView], float], None]]:
-        """``run(task, node, now)`` for the hook ``name`` on this interpreter's State, or None if the
-        policy has none: for a caller that runs many, under one ``np.errstate(all="ignore")`` it
-        holds itself (:meth:`run_hook` holds one per call, ~3 us)."""
+    def hook(self, name: str) -> Optional[Callable[..., None]]:
+        """``run(task, node, now, journal=None)`` for the hook ``name`` on this interpreter's State, or
+        None if the policy has none: for a caller that runs many, under one ``np.errstate(all="ignore")``
+        it holds itself (:meth:`run_hook` holds one per call, ~3 us).
+
+        A run is atomic: if the hook raises, its writes are undone before the error goes on. With a
+        ``journal`` (a list), its writes are noted there too, so that the caller can undo several
+        hooks of one task (:func:`~ray_adaptive.dsl.values.undo`): the submission of a task whose
+        OnDispatch fails takes its OnArrival back."""
         hook = self._hooks.get(name)
         if hook is None:
             return None
 
-        def run(task: TaskView, node: Optional[NodeView], now: float) -> None:
+        def run(task: TaskView, node: Optional[NodeView], now: float, journal: Optional[list] = None) -> None:
+            j = [] if journal is None else journal
+            mark = len(j)
             try:
-                hook(task, node, self.state, now, self.num_nodes)
+                hook(task, node, self.state, now, self.num_nodes, j)
             except PolicyRuntimeError as err:
+                undo(j, mark)
                 raise _in(err, name) from None
+            except BaseException:
+                undo(j, mark)
+                raise
 
         return run
 

@@ -7,8 +7,9 @@ policy printed and parsed again compares equal to the original.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,15 @@ class Type:
         return self.args[0]
 
     def accepts(self, value: object) -> bool:
-        """Whether a Python (JSON-like) value can stand for this type: numbers for
-        ``float`` (not bools, not NaN), 64-bit integers for ``int`` (not bools),
+        """Whether a Python (JSON-like) value can stand for this type: finite numbers for
+        ``float`` (not bools, not NaN, not infinite), 64-bit integers for ``int`` (not bools),
         lists for vecs, dicts with string keys for maps.
 
         Example:
             >>> vec(FLOAT).accepts([1, 2.5]), INT.accepts(True), STRING.accepts("a"), FLOAT.accepts(float("nan"))
             (True, False, True, False)
+            >>> vec(FLOAT).accepts([float("inf"), 0.5, 0.0])
+            False
         """
         k = self.kind
         if k == "string":
@@ -87,11 +90,12 @@ class Type:
 
 
 def _is_float_value(value: object) -> bool:
-    """A number a float can hold: not NaN (it compares false with everything, so no decision could use
-    it), not an integer too large to convert."""
+    """A finite number a float can hold: not NaN (it compares false with everything, so no decision could
+    use it), not infinite (``inf - inf`` is NaN: a State that adds and takes it back would hold NaN), not
+    an integer too large to convert."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    return abs(value) < 2**1024 if isinstance(value, int) else value == value
+    return abs(value) < 2**1024 if isinstance(value, int) else math.isfinite(value)
 
 
 INT = Type("int")
@@ -262,23 +266,31 @@ class FieldDecl:
     loc: Loc = _loc()
 
 
-def field_problem(decls: "tuple[FieldDecl, ...]", values: dict) -> "Optional[tuple[str, str, Optional[Type]]]":
+def field_problem(decls: "tuple[FieldDecl, ...]", values: dict,
+                  lengths: "Optional[Mapping[str, int]]" = None) -> "Optional[tuple[str, str, Optional[Type]]]":
     """The first mismatch between declared fields and a record's values, or None.
 
-    Returns ``("unknown", name, None)``, ``("missing", name, type)`` or
-    ``("type", name, type)``: callers word the error for their context
-    (a scenario file, a ``task=`` option).
+    Returns ``("unknown", name, None)``, ``("missing", name, type)``,
+    ``("type", name, type)`` or ``("length", name, type)`` (a vec, or a map's vec
+    values, not of the length ``lengths`` -- field name, or ``name[]`` for a
+    map's values, to length: see :mod:`ray_adaptive.dsl.lengths` -- gives):
+    callers word the error for their context (a scenario file, a ``task=`` option).
 
     Example:
         >>> field_problem((FieldDecl("tenant", STRING),), {"tenant": 3})
         ('type', 'tenant', Type(kind='string', args=()))
+        >>> field_problem((FieldDecl("v", vec(FLOAT)),), {"v": [1.0]}, {"v": 3})[:2]
+        ('length', 'v')
     """
-    return field_checker(decls)(values)
+    return field_checker(decls, lengths)(values)
 
 
-def field_checker(decls: "tuple[FieldDecl, ...]") -> "Callable[[dict], Optional[tuple[str, str, Optional[Type]]]]":
-    """:func:`field_problem` for many records against the same declarations (they are read once)."""
+def field_checker(decls: "tuple[FieldDecl, ...]", lengths: "Optional[Mapping[str, int]]" = None,
+                  partial: bool = False) -> "Callable[[dict], Optional[tuple[str, str, Optional[Type]]]]":
+    """:func:`field_problem` for many records against the same declarations (they are read once);
+    ``partial``: a record may leave declared fields out (``.options()`` given some of them)."""
     declared = {d.name: d.type for d in decls}
+    sized = {name: (lengths.get(name), lengths.get(name + "[]")) for name in declared} if lengths else {}
 
     def problem(values: dict):
         for name in values:
@@ -286,12 +298,25 @@ def field_checker(decls: "tuple[FieldDecl, ...]") -> "Callable[[dict], Optional[
                 return ("unknown", name, None)
         for name, t in declared.items():
             if name not in values:
+                if partial:
+                    continue
                 return ("missing", name, t)
             if not t.accepts(values[name]):
                 return ("type", name, t)
+            if name in sized and wrong_length(values[name], *sized[name]):
+                return ("length", name, t)
         return None
 
     return problem
+
+
+def wrong_length(value: object, length: Optional[int], values_length: Optional[int]) -> bool:
+    """Whether a well-typed field value is a vec not of ``length``, or a map with a vec (at any depth)
+    not of ``values_length`` (None: any length)."""
+    if isinstance(value, dict):
+        return values_length is not None and any(wrong_length(v, values_length, values_length)
+                                                 for v in value.values())
+    return length is not None and isinstance(value, (list, tuple)) and len(value) != length
 
 
 @dataclass(frozen=True)

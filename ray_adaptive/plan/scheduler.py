@@ -30,11 +30,20 @@ pending at its ``deadline`` is dropped, with no hook run: :meth:`Scheduler.decid
 returns it with ``node`` None, and never places it (placed, it would hold a
 slot for nothing until its process saw it was late) -- whatever the queue:
 no decision is made for a task past its deadline.
+
+A task that makes the policy fail -- a hook that would leave State non-finite
+or change a vec's length (see :mod:`ray_adaptive.dsl.values`), a Score that
+raises on its row -- fails alone, and State is as if it had never come: its
+own submission (:meth:`Scheduler.add`, :meth:`Scheduler.add_and_decide`)
+raises the PolicyRuntimeError; a decision :meth:`Scheduler.decide` makes for
+it is returned with ``node`` None and ``error`` the message, the other tasks
+decided as before. One bad task never stops the queue behind it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import random
 import time
@@ -46,6 +55,8 @@ import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.dsl.ir import Policy
+from ray_adaptive.dsl.values import undo
+from ray_adaptive.errors import PolicyRuntimeError
 from ray_adaptive.plan.explain import record
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.replicas import DeltaLog, copy_state
@@ -55,6 +66,7 @@ from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_fo
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 
 POOL = "pool"  # the node id of the hybrid selector's single candidate: every slot of the cluster
+_log = logging.getLogger(__name__)
 _NO_HOOKS = contextlib.nullcontext()  # (stateless: one for every call with no hook to run)
 
 
@@ -105,6 +117,7 @@ class TaskState:
     origin: str = ""  # the submitting process's client id: where the decision goes back to
     node: Optional[str] = None  # the node decided (None from a decision: dropped at its deadline)
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
+    error: Optional[str] = None  # why the policy failed on it (a decision returned with node None)
 
     def export(self) -> dict:
         return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin,
@@ -144,6 +157,9 @@ class Scheduler:
         # (task id, time, candidates, j, scores, row) per decision: a DecisionRecord is made when asked for
         self._records: Optional[deque] = deque(maxlen=records) if records > 0 else None
         self.decision_s: deque = deque(maxlen=100_000)  # seconds per decision, the recent ones
+        # (task id, message) of the recent hooks that failed outside a decision (OnFinish, a rebuild's
+        # OnDispatch): undone, and logged; the task itself went on
+        self.hook_errors: deque = deque(maxlen=100)
 
     @property
     def records(self) -> Optional[List]:
@@ -164,11 +180,12 @@ class Scheduler:
     def add(self, task: TaskState, now: float, arrived: bool = False) -> None:
         """A task joins the pending queue (ordered by arrival then id; or in order received, ``fifo``).
         OnArrival runs unless ``arrived``: its effect is in this State already (a task handed over
-        from the plan a live switch replaced, with that plan's State)."""
-        self.queue.add(task)
+        from the plan a live switch replaced, with that plan's State). If OnArrival fails, the
+        PolicyRuntimeError goes on, and neither the queue nor State holds the task."""
         if not arrived and self._on_arrival is not None:
             with self._quiet():
                 self._on_arrival(task, None, now)
+        self.queue.add(task)
 
     @property
     def pending(self) -> int:
@@ -206,7 +223,8 @@ class Scheduler:
     def decide(self, now: float) -> List[TaskState]:
         """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
         each with ``node`` set (OnDispatch has run for each) -- and those dropped at their
-        deadline, with ``node`` None."""
+        deadline, with ``node`` None, and those the policy failed on (a Score or OnDispatch
+        raised: see the module doc), with ``node`` None and ``error`` set."""
         with self._quiet():
             return self._decide(now)
 
@@ -221,7 +239,13 @@ class Scheduler:
                     continue
             cands = self._candidates()
             full = not cands and self.overflow
-            pick = self.pick(self._candidates(full=True) if full else cands, now)
+            if full:
+                cands = self._candidates(full=True)
+            try:
+                pick = self.pick(cands, now)
+            except PolicyRuntimeError as err:
+                chosen.append(self._fail_row(cands, now, err))
+                continue
             if pick is None:
                 break
             task, node = pick
@@ -233,33 +257,79 @@ class Scheduler:
                 if self._records is not None:
                     self._records.pop()
                 break
-            self._bind(task, node, now)
+            try:
+                self._bind(task, node, now)
+            except PolicyRuntimeError as err:  # (undone: the task is out of the queue, placed nowhere)
+                self._failed(task, err)
             chosen.append(task)
             end = time.perf_counter()
             self.decision_s.append(end - start)
             start = end
         return chosen
 
-    def _bind(self, task: TaskState, node: NodeState, now: float) -> None:
-        """(The caller holds :meth:`_quiet`.)"""
+    def _bind(self, task: TaskState, node: NodeState, now: float, journal: Optional[list] = None) -> None:
+        """Place ``task`` on ``node`` and run its OnDispatch -- or, if that raises, undo both (the
+        error goes on). (The caller holds :meth:`_quiet`.)"""
         node.own += 1
         task.node = node.id
         self.running[task.id] = task
         if self._on_dispatch is not None:
-            self._on_dispatch(task, node, now)
+            try:
+                self._on_dispatch(task, node, now, journal)
+            except BaseException:
+                self._unbind(task, node)
+                raise
+
+    def _unbind(self, task: TaskState, node: NodeState) -> None:
+        node.own -= 1
+        task.node = None
+        del self.running[task.id]
+
+    def _failed(self, task: TaskState, err: PolicyRuntimeError) -> TaskState:
+        """``task``, which the policy failed on, as a decision returns it; its decision record dropped."""
+        task.node, task.error = None, str(err)
+        if self._records and self._records[-1][0] == task.id:
+            self._records.pop()
+        return task
+
+    def _fail_row(self, cands: Sequence[NodeState], now: float, err: PolicyRuntimeError) -> TaskState:
+        """Score raised on the queue's rows: take out of the queue the row it fails on -- the last of
+        the shortest prefix of rows that raises (found by bisection: a row may fail alone, or only
+        next to another, as vecs of different lengths in one field do) -- and return it failed."""
+        rows = self.queue.rows()
+        ok, bad = 0, len(rows)  # rows[:ok] score, rows[:bad] raise
+        while bad - ok > 1:
+            mid = (ok + bad) // 2
+            try:
+                self.scoring.scores(self.interp, rows[:mid], cands, now)
+                ok = mid
+            except PolicyRuntimeError as e:
+                bad, err = mid, e
+        task = rows[bad - 1]
+        self.queue.remove(task)
+        return self._failed(task, err)
 
     def add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
         """:meth:`add` then :meth:`decide`, for a task arriving at an empty queue: scored alone, as the
-        queue's only row would be (the same decision), without passing through the queue."""
+        queue's only row would be (the same decision), without passing through the queue. If the
+        policy fails on it -- OnArrival, Score or OnDispatch -- the PolicyRuntimeError goes on and
+        everything it did is undone: State, the queue and the nodes are as before the call."""
         if self.queue:
             self.add(task, now)
             return self.decide(now)
         with self._quiet():
-            return self._add_and_decide(task, now)
+            journal: list = []
+            try:
+                return self._add_and_decide(task, now, journal)
+            except PolicyRuntimeError:
+                undo(journal)  # (OnArrival's writes: a failed OnDispatch undid its own, and its placement)
+                if self._records and self._records[-1][0] == task.id:
+                    self._records.pop()
+                raise
 
-    def _add_and_decide(self, task: TaskState, now: float) -> List[TaskState]:
+    def _add_and_decide(self, task: TaskState, now: float, journal: list) -> List[TaskState]:
         if self._on_arrival is not None:
-            self._on_arrival(task, None, now)
+            self._on_arrival(task, None, now, journal)
         start = time.perf_counter()
         cands = self._candidates()
         if not cands and self.overflow and task.deadline == math.inf:
@@ -271,7 +341,7 @@ class Scheduler:
                 j = best[1]
                 if self._records is not None:
                     self._records.append((task.id, now, cands, j, scores, 0))
-                self._bind(task, cands[j], now)
+                self._bind(task, cands[j], now, journal)
                 self.decision_s.append(time.perf_counter() - start)
                 return [task]
         self.queue.add(task)
@@ -295,8 +365,18 @@ class Scheduler:
         node = self.by_id[task.node]  # type: ignore[index]  # (running: placed)
         node.own -= 1
         if self._on_finish is not None:
-            self._on_finish(task, node, now)
+            self._hook_outside_decision(self._on_finish, task, node, now)
         return task
+
+    def _hook_outside_decision(self, hook: Callable, task: TaskState, node: NodeState, now: float) -> None:
+        """Run a hook of a task that is running whatever the policy says (OnFinish; OnDispatch of an
+        adopted task): if it fails, it is undone, logged and kept in :attr:`hook_errors`, and the
+        task goes on -- raising would stop the caller's other finishes with it."""
+        try:
+            hook(task, node, now)
+        except PolicyRuntimeError as err:
+            self.hook_errors.append((task.id, str(err)))
+            _log.warning("policy %s, task %s: %s", self.interp.policy.name, task.id, err)
 
     def adopt(self, tasks: Sequence[TaskState], dispatch_hooks: bool = False, now: float = 0.0) -> None:
         """Take over running tasks another scheduler decided (``node`` set). No hooks run -- their
@@ -308,7 +388,7 @@ class Scheduler:
                 node = self.by_id[t.node]  # type: ignore[index]  # (running: placed)
                 node.own += 1
                 if dispatch_hooks and self._on_dispatch is not None:
-                    self._on_dispatch(t, node, now)
+                    self._hook_outside_decision(self._on_dispatch, t, node, now)
 
     def knows(self, task_id: str) -> bool:
         """Whether the task is pending or running here."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ray_adaptive.dsl.ir import Policy, field_checker
+from ray_adaptive.dsl.lengths import vec_lengths
 from ray_adaptive.errors import ScenarioError
 from ray_adaptive.files import read_text
 from ray_adaptive.workload import specs
@@ -200,14 +201,17 @@ def load_scenario(path: "str | Path") -> Scenario:
 
 
 # what a type's values are, for a field that does not hold one
-_MEANING = {"int": " (a 64-bit integer)", "float": " (a number, not NaN)",
-            "vec": " (a list of numbers, none NaN)", "map": " (an object)"}
+_MEANING = {"int": " (a 64-bit integer)", "float": " (a finite number)",
+            "vec": " (a list of finite numbers)", "map": " (an object)"}
 
 
 def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>") -> None:
     """Check that every task/node carries exactly the fields the policy declares, well typed."""
+    lengths = vec_lengths(policy)
     for kind, decls, entries in (("tasks", policy.task_fields, scenario.tasks), ("nodes", policy.node_fields, scenario.nodes)):
-        problem_of = field_checker(decls)
+        obj = kind[:-1] + "."
+        sized = {k[len(obj):]: n for k, n in lengths.items() if k.startswith(obj)}
+        problem_of = field_checker(decls, sized)
         for i, entry in enumerate(entries):
             problem = problem_of(entry.fields)
             if problem is None:
@@ -219,8 +223,12 @@ def check_fields(policy: Policy, scenario: Scenario, source: str = "<scenario>")
                 raise ScenarioError(f"{where}: unknown field '{name}'; policy {policy.name} declares: {have}")
             if what == "missing":
                 raise ScenarioError(f"{where}: missing field '{name}' ({t}) that policy {policy.name} needs")
-            raise ScenarioError(f"{where}: field '{name}' must be {t}{_MEANING.get(t.kind, '')}, "
-                                f"found {json.dumps(entry.fields[name])[:60]}")
+            found = json.dumps(entry.fields[name])[:60]
+            if what == "length":
+                place = name if name in sized else name + "[]"
+                raise ScenarioError(f"{where}: field '{name}' must {'be a vec' if place == name else 'hold vecs'} of "
+                                    f"length {sized[place]}{lengths.why(obj + place)}, found {found}")
+            raise ScenarioError(f"{where}: field '{name}' must be {t}{_MEANING.get(t.kind, '')}, found {found}")
 
 
 def unplaceable(tasks: "Sequence[TaskSpec]", nodes: "Sequence[NodeSpec]") -> "Optional[TaskSpec]":
