@@ -3,7 +3,7 @@
 Wraps ``ray.cluster_utils.Cluster`` with the settings this project learned it
 needs: its own temp dir (so a stale ``/tmp/ray/ray_current_cluster`` from
 another cluster never matters, and nothing else on the machine is touched),
-no dashboard, metrics collection off unless asked for (clean worker shutdown), and a shutdown
+no dashboard unless asked for (its job API), metrics collection off unless asked for (clean worker shutdown), and a shutdown
 that removes what it started, ephemeral resources included.
 
 Example::
@@ -36,6 +36,7 @@ class LocalCluster:
     temp_dir: str
     static_resources: dict = field(default_factory=dict)  # node id -> resources it registered with
     metrics_ports: dict = field(default_factory=dict)  # node id -> its Prometheus port (metrics=True)
+    dashboard_url: Optional[str] = None  # Ray's dashboard and job API (dashboard=True)
 
     def metrics_url(self, node_id: Optional[str] = None) -> str:
         """The Prometheus endpoint of ``node_id`` (default: the head), with ``metrics=True``."""
@@ -76,6 +77,7 @@ def start_local_cluster(
     connect: bool = True,
     quiet: bool = True,
     metrics: bool = False,
+    dashboard: bool = False,
 ) -> LocalCluster:
     """Start ``num_nodes`` raylets with ``num_cpus`` each; connect this process unless ``connect=False``.
 
@@ -84,6 +86,7 @@ def start_local_cluster(
     ``system_config`` is merged over ``{"enable_metrics_collection": False}``.
     ``metrics=True`` turns collection on instead, reported every second, and
     gives each node a Prometheus endpoint of its own (``lc.metrics_url()``).
+    ``dashboard=True`` runs Ray's dashboard on the head (its job API: ``lc.dashboard_url``).
     """
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -104,10 +107,12 @@ def start_local_cluster(
     if metrics:
         config.setdefault("metrics_report_interval_ms", 1000)
     ports = [_free_port() if metrics else None for _ in range(num_nodes)]
+    dashboard_port = _free_port() if dashboard else None
     cluster = Cluster(
         initialize_head=True,
         head_node_args=dict(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[0], labels=labels[0],
-                            include_dashboard=False, metrics_export_port=ports[0], _system_config=config),
+                            include_dashboard=dashboard, metrics_export_port=ports[0], _system_config=config,
+                            **({"dashboard_port": dashboard_port, "dashboard_host": "127.0.0.1"} if dashboard else {})),
     )
     try:
         if connect:
@@ -127,7 +132,8 @@ def start_local_cluster(
         shutil.rmtree(root, ignore_errors=True)
         raise
     return LocalCluster(cluster, node_ids, root, static,
-                        {n: p for n, p in zip(node_ids, ports) if p is not None})
+                        {n: p for n, p in zip(node_ids, ports) if p is not None},
+                        f"http://127.0.0.1:{dashboard_port}" if dashboard_port else None)
 
 
 def _free_port() -> int:

@@ -39,7 +39,10 @@ cluster beside the busy one, for both sides alike. Without ``--baseline``
 there is one side, this checkout. ``--records-ab`` runs this checkout
 against itself with ``decision_records=0`` (what the records explaining
 ``why`` cost): one driver and cluster, the runtime restarted with each
-configuration in turn (two clusters differ by more than the records do). With two sides, ``ab`` holds the first side's ratio over the
+configuration in turn (two clusters differ by more than the records do).
+``--service-ab`` likewise: the driver attached to a policy service
+(``ra.start(detached=True)``: the runtime's owner is a detached actor) against
+a runtime the driver owns. With two sides, ``ab`` holds the first side's ratio over the
 second's, turn by turn (median).
 """
 
@@ -169,6 +172,8 @@ def serve(hang_after_s: float) -> None:
             key = (cmd["plan"], cmd["policy"], cmd["queue"], cmd.get("hold"), json.dumps(cmd.get("start", {})))
             if key != current:
                 ra.shutdown()
+                if current is not None and json.loads(current[4]).get("detached"):
+                    ra.stop(current[1])  # (a service outlives this process's shutdown: --service-ab)
                 extra = {"hold": cmd["hold"]} if cmd.get("hold") else {}
                 extra.update(cmd.get("start", {}))
                 rt = ra.start(cmd["policy"], plan=cmd["plan"], queue=cmd["queue"], **extra)
@@ -277,6 +282,9 @@ def main() -> None:
     ap.add_argument("--records-ab", action="store_true",
                     help="instead of a baseline checkout: this checkout with decision records on (the default "
                          "1,000) against decision_records=0, run alternately")
+    ap.add_argument("--service-ab", action="store_true",
+                    help="instead of a baseline checkout: this process attached to a policy service "
+                         "(ra.start(detached=True)) against a runtime it owns, run alternately")
     ap.add_argument("--hang-after-s", type=float, default=120.0,
                     help="a submission loop still running after this long is reported (every thread's stack, "
                          "the runtime's counts and queues) and the benchmark exits with status 3")
@@ -288,8 +296,8 @@ def main() -> None:
     if args.smoke_test:  # every plan and loop still runs; one policy (the tests cover the others)
         args.policies = args.policies.split(",")[-1]
     here = os.path.dirname(HERE)
-    if args.records_ab and args.baseline:
-        ap.error("--records-ab compares this checkout with itself: give it or --baseline, not both")
+    if sum(map(bool, (args.records_ab, args.service_ab, args.baseline))) > 1:
+        ap.error("--records-ab, --service-ab and --baseline each choose the A/B: give one")
     sides = [("this", here, {})] + ([("baseline", os.path.abspath(args.baseline), {})] if args.baseline else [])
     if args.baseline_first:  # (run both orders: two clusters on one machine need not be alike)
         sides.reverse()
@@ -301,6 +309,11 @@ def main() -> None:
         figures["cluster"] = "4 nodes x 2 CPUs (local), both configurations on it"
         running = [Variant("records", running[0], {}), Variant("no-records", running[0], {"decision_records": 0})]
         figures["sides"] = {"records": here, "no-records": here}
+        closing = [running[0].side]
+    elif args.service_ab:  # the same, a policy service against a runtime this driver owns
+        figures["cluster"] = "4 nodes x 2 CPUs (local), both configurations on it"
+        running = [Variant("service", running[0], {"detached": True}), Variant("own", running[0], {})]
+        figures["sides"] = {"service": here, "own": here}
         closing = [running[0].side]
     else:
         closing = running

@@ -106,7 +106,7 @@ def drf(ray_cluster):
     ra.shutdown()
     names = [actor_name("drf_lb", "store")] + [n for g in range(7) for n in _actors_of(g)]
     wait_for(lambda: not any(_alive(n) for n in names) and not resources.created_resources(), timeout=15,
-             message="the runtime's actors and resources gone")
+             message=lambda: f"the runtime's actors and resources gone: {[n for n in names if _alive(n)]} {resources.created_resources()}")
 
 
 class _Load:

@@ -11,8 +11,9 @@ Each team submits its jobs as usual; no ``ra.start`` in them::
 The job's tasks carry no tenant: the service gives them their job's team, and
 DRF-LB shares the cluster fairly between the teams whose jobs are running
 (a task naming another team's tenant is refused: ``--claim b`` shows it).
-It keeps ``--backlog`` tasks submitted at a time and prints one JSON line per
-``--every`` finished tasks (``{"job", "finished", "t"}``), then a summary.
+It keeps ``--backlog`` tasks submitted at a time and prints JSON lines: the
+time from its first submission to its first placement (attaching included),
+one per ``--every`` finished tasks (``{"job", "finished", "t"}``), and a summary.
 With ``--markers DIR``, each task creates ``DIR/<job>-<i>`` exclusively: a
 task that ran twice fails on its second run.
 """
@@ -67,11 +68,15 @@ def main(argv=None) -> int:
     task = work.options(task={"resource_vec": vec})
     marker = (lambda i: os.path.join(args.markers, f"{job}-{i}")) if args.markers else (lambda i: "")
     unplaced, running, submitted, finished = set(), [], 0, 0  # (Futures of placements; ObjectRefs)
+    began, first = time.perf_counter(), None  # (the first submission attaches this job to the policy)
     while finished < args.tasks:
         while submitted < args.tasks and len(unplaced) + len(running) < args.backlog:
             unplaced.add(task.submit(marker(submitted), args.seconds))
             submitted += 1
         placed, unplaced = wait(unplaced, timeout=0.01, return_when=FIRST_COMPLETED)
+        if placed and first is None:
+            first = time.perf_counter() - began
+            print(json.dumps({"job": job, "first_placement_s": round(first, 4)}), flush=True)
         running += [f.result() for f in placed]
         done, running = ray.wait(running, num_returns=len(running), timeout=0.01) if running else ([], [])
         for _ in ray.get(done):

@@ -254,7 +254,7 @@ class PolicyRuntime:
             self.control_loop.stop()
         self.router.close(timeout)
         if self.binding is not None and ray.is_initialized():
-            if self._owned is not None and self._owned.generation != self.router.topology.generation:
-                self._owned.retire()  # (a switch this router never took up: its actors go too)
+            if self._owned is not None:
+                self._owned.retire()  # (the handles of the actors the last switch made here: killed as well)
             self.router.topology.close()
             self.binding.close()

@@ -179,8 +179,10 @@ class Topology:
         wait_ready(a for a in (self.selector, *self.placements) if a is not None)
 
     def retire(self) -> None:
-        """Kill this generation's selector and placement actors (a switch replaced them; the store stays)."""
-        for a in (self.selector, *self.placements):
+        """Kill this generation's selector and placement actors (a switch replaced them; the store stays).
+        Placement actors this process never looked up are found by name first: an actor is killed, never
+        left to go with its handles (a detached one never would, and a driver's lives while a handle does)."""
+        for a in (self.selector, *self._placements()):
             if a is not None:
                 try:
                     ray.kill(a, no_restart=True)
