@@ -194,6 +194,11 @@ def check(files: tuple[str, ...]) -> None:
     sys.exit(1 if failed else 0)
 
 
+def _tasks_per_s(rate: float) -> str:
+    """A rate as a person reads it: whole tasks/s, or 3 significant digits below 100 (0.00333, not 0)."""
+    return f"{rate:.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
 def _json_line(d: dict) -> str:
     """``d`` as one line of strict JSON: a non-finite number (a Score of -inf) as the string "-inf"."""
     return json.dumps({k: v if not isinstance(v, float) or math.isfinite(v) else str(v) for k, v in d.items()})
@@ -537,9 +542,12 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
                                                           executors=executors, queue=queue, duration=duration,
                                                           arrivals=arrivals, durations=durations, limit=limit)
         names = S.resolve_plans(policy, nodes, [n.strip() for p in plans for n in p.split(",") if n.strip()])
-        given = S.parse_rates(rates, exp.capacity) if rates or not file_rate else file_rate
-        if exp.trace and not rates:
+        # (--rates "" is refused, not taken for the default: only a missing --rates is)
+        given = S.parse_rates(rates, exp.capacity) if rates is not None or not file_rate else file_rate
+        if exp.trace and rates is None:
             given = [round(exp.trace_rate, 1)]
+        secs = (seconds or 3.0) if isinstance(given, list) else (seconds or file_seconds or 20.0)
+        S.check_run(exp, given, secs, window)  # (the execution bound, the tasks to simulate: before any work)
     except (RayAdaptiveError, ValueError) as err:
         _fail(f"error: {err}")
     if (adaptive or switch_pause is not None) and isinstance(given, list):
@@ -565,7 +573,6 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
     profile = Profile()
     try:
         if isinstance(given, list):
-            secs = seconds or 3.0
             if warmup >= secs:
                 _fail(f"error: --warmup ({warmup} s) must be shorter than --seconds ({secs} s)")
             rows = S.run_sweep(exp, names, given, secs, warmup, profile, seed=seed, progress=tick, window=window)
@@ -576,14 +583,13 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             if bar is not None:
                 bar.close()
             click.echo(f"{policy}: {len(names)} plan(s) x {len(given)} rate(s) on {nodes} nodes "
-                       f"(execution bound {exp.capacity:.0f} tasks/s)")
+                       f"(execution bound {_tasks_per_s(exp.capacity)} tasks/s)")
             click.echo("")
             click.echo("The compiler's choice vs the simulator's best plan (within the limit, the most goodput)")
             click.echo(S.format_choices(rows))
             click.echo("")
             click.echo(f"wrote {out / 'sweep.csv'} and {', '.join(p.name for p in figures)}")
         else:
-            secs = seconds or file_seconds or 20.0
             setup = None
             if adaptive:
                 from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S
@@ -599,7 +605,7 @@ def simulate(policy, plans, workload, tenants, rates, nodes, executors, queue, d
             if bar is not None:
                 bar.close()
             click.echo(f"{policy} on {nodes} nodes, rate {given.label()} over {secs:g} s "
-                       f"(execution bound {exp.capacity:.0f} tasks/s)")
+                       f"(execution bound {_tasks_per_s(exp.capacity)} tasks/s)")
             for t in totals:
                 if t.get("cannot_run"):
                     click.echo(f"  {t['plan']:<48} cannot run: {t['cannot_run']}")

@@ -48,6 +48,7 @@ from ray_adaptive.experiments.sweep import (PAPER_PLANS, agreement, best_plans, 
                                             sweep as _sweep)
 from ray_adaptive.experiments.workload import Experiment
 from ray_adaptive.workload.generate import PAPER_DURATION
+from ray_adaptive.workload.limits import check_tasks
 
 __all__ = ["Experiment", "PAPER", "WORKLOADS", "PAPER_PLANS", "sweep", "table1", "agreement", "choice_agreement",
            "best_plans", "jfi_floor", "reproduce", "DEFAULT_RATES", "QUICK_RATES", "ADAPTIVE_PHASES",
@@ -195,13 +196,15 @@ def reproduce(out_dir: "str | Path" = "out/reproduce", quick: bool = False, rate
     """Run the sweep, write ``sweep.csv`` and the figures to ``out_dir``, print Table 1; return a summary."""
     import pandas as pd
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     rates = tuple(rates or (QUICK_RATES if quick else DEFAULT_RATES))
     if seconds is None:
         seconds = 1.6 if quick else 2.5
     if not 0 < seconds < math.inf:  # (0 is no run at all, not "the default")
         raise ValueError(f"seconds must be a finite number > 0, found {seconds}")
+    check_tasks(sum(rates) * seconds, f"--rates {','.join(f'{r:g}' for r in rates)} over --seconds {seconds:g}",
+                "lower --rates or --seconds")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     warmup = min(0.5, seconds / 4)
     profile = Profile()
     if measure:

@@ -38,7 +38,11 @@ from typing import Callable, Mapping, Optional, Sequence
 from ray_adaptive.control import Controller, EstimateTable, Settings
 from ray_adaptive.compiler import Profile, compile_policy, estimate_table, lower
 from ray_adaptive.compiler.estimates import busy_level, effective_parallelism, estimate_cost
+from ray_adaptive.compiler.pipeline import MAX_SPAN_S
 from ray_adaptive.dsl import load_policy
+from ray_adaptive.dsl.ir import Policy, field_checker
+from ray_adaptive.dsl.lengths import vec_lengths
+from ray_adaptive.errors import ScenarioError
 from ray_adaptive.experiments.figures import pyplot, save
 from ray_adaptive.experiments.sweep import choice_agreement, plan_space, sweep, trace_seconds
 from ray_adaptive.experiments.workload import Experiment
@@ -46,11 +50,12 @@ from ray_adaptive.plan import LoweredPlan
 from ray_adaptive.sim.adaptive import SWITCH_PAUSE_S, AdaptiveRun
 from ray_adaptive.sim.plan_sim import PlanSim, periodic_overload
 from ray_adaptive.sim.timeline import Epoch, run_epochs
+from ray_adaptive.workload.limits import MAX_RATE, check_rate, check_tasks
 from ray_adaptive.workload.rates import RateProfile, parse_profile
 from ray_adaptive.workload.scenario import load_scenario
 from ray_adaptive.workload.tenants import WorkloadSpec, load_workload_spec, parse_tenants
 
-__all__ = ["build_experiment", "parse_rates", "resolve_plans", "run_sweep", "run_profile", "format_choices",
+__all__ = ["build_experiment", "check_tenant_fields", "parse_rates", "check_run", "resolve_plans", "run_sweep", "run_profile", "format_choices",
            "plot_sweep", "plot_timeline", "Adaptive", "adaptive_setup", "adaptive_run", "format_switches"]
 
 PAPER_TENANTS = "a:1,b:1,greedy:3"
@@ -66,7 +71,7 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
     ``tenants``: inline spec or a JSON workload file; ``workload``: a trace (.csv / .parquet), a scenario
     file's tasks (.json with ``tasks``) or a JSON workload file. Neither: the paper's three tenants.
     """
-    load_policy(policy)  # (an unknown policy fails here, before any work)
+    p = load_policy(policy)  # (an unknown policy fails here, before any work)
     spec: Optional[WorkloadSpec] = None
     trace: tuple = ()
     for given in (tenants, workload):
@@ -76,12 +81,14 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
             trace = load_scenario(given).tasks  # a scenario file's tasks: a trace
         elif given.endswith(".json"):
             spec = load_workload_spec(given)
+            check_tenant_fields(p, spec, given)
         elif given.endswith((".csv", ".parquet", ".pq")):
             from ray_adaptive.workload.trace import read_trace
 
             trace = read_trace(given)
         elif given is tenants:
             spec = parse_tenants(given)
+            check_tenant_fields(p, spec, "--tenants")
         else:
             raise ValueError(f"--workload must be a trace (.csv, .parquet) or a workload file (.json), found {given!r}")
     if spec is None and not trace:
@@ -99,6 +106,32 @@ def build_experiment(policy: str, *, tenants: Optional[str] = None, workload: Op
     return exp, spec.rate, spec.seconds
 
 
+def check_tenant_fields(policy: Policy, spec: WorkloadSpec, where: str) -> None:
+    """Refuse a tenant's field the policy does not declare (it would be dropped without a word), or
+    a value its type or vec length refuses; ``where``: ``--tenants`` or the workload file."""
+    lengths = vec_lengths(policy)
+    sized = {k[len("task."):]: n for k, n in lengths.items() if k.startswith("task.")}
+    problem_of = field_checker(policy.task_fields, sized, partial=True)
+    for t in spec.tenants:
+        problem = problem_of(dict(t.fields))
+        if problem is None:
+            continue
+        kind, name, typ = problem
+        at = f"{where}: tenant {t.name!r}"
+        if kind == "unknown":
+            declared = ", ".join(d.name for d in policy.task_fields) or "none"
+            raise ScenarioError(f"{at}: unknown field {name!r}; policy {policy.name} declares: {declared}")
+        value = dict(t.fields)[name]
+        if kind == "length":
+            raise ScenarioError(f"{at}: field {name!r} must be a vec of length {sized.get(name)}"
+                                f"{lengths.why('task.' + name)}, found {value!r}")
+        raise ScenarioError(f"{at}: field {name!r} must be {typ}{_MEANING.get(typ.kind, '')}, found {value!r}")
+
+
+_MEANING = {"int": " (a 64-bit integer)", "float": " (a finite number)", "vec": " (a list of finite numbers)",
+            "map": " (an object)"}
+
+
 def _is_scenario(path: str) -> bool:
     """Whether a JSON file is a scenario (nodes and tasks) rather than a workload spec (tenants)."""
     import json
@@ -112,21 +145,70 @@ def _is_scenario(path: str) -> bool:
 
 def parse_rates(text: Optional[str], capacity: float) -> "list[float] | RateProfile":
     """``--rates``: comma-separated tasks/s or percentages of the execution bound (``50%``), or a rate
-    profile (``ramp:0=100,10=900``); default: 40% to 160% of the execution bound."""
-    if not text:
-        return [round(f * capacity, 1) for f in DEFAULT_FRACTIONS]
+    profile (``ramp:0=100,10=900``); None: 40% to 160% of the execution bound. Each rate is a finite
+    number in (0, MAX_RATE], as ``compile --rate`` takes; an empty text or item is refused."""
+    if text is None:
+        return [_rounded(f * capacity) for f in DEFAULT_FRACTIONS]
+    if not text.strip():
+        raise ValueError("--rates is empty: give rates (200,400), percentages of the execution bound (50%,120%) "
+                         "or a rate profile (ramp:0=100,10=900)")
     if ":" in text:
-        return parse_profile(text)
-    out = []
-    for part in [x.strip() for x in text.split(",") if x.strip()]:
         try:
-            out.append(round(float(part[:-1]) / 100 * capacity, 1) if part.endswith("%") else float(part))
-        except ValueError:
-            raise ValueError(f"--rates must be comma-separated numbers (tasks/s), percentages of the execution bound "
-                             f"(50%), or a rate profile (ramp:0=100,10=900); found {part!r}") from None
-    if not out or any(not r > 0 for r in out):
-        raise ValueError(f"--rates must be positive, found {text!r}")
-    return out
+            return parse_profile(text)
+        except ValueError as err:
+            raise ValueError(f"--rates: {err}") from None
+    parts = [x.strip() for x in text.split(",")]
+    if not all(parts):
+        raise ValueError(f"--rates: an empty item in {text!r}; rates are comma-separated, e.g. 200,400")
+    return [_rate(part, capacity) for part in parts]
+
+
+def _rate(part: str, capacity: float) -> float:
+    """One item of ``--rates``: tasks/s, or a percentage of the execution bound."""
+    percent = part.endswith("%")
+    try:
+        x = float(part[:-1] if percent else part)
+    except ValueError:
+        raise ValueError(f"--rates must be comma-separated numbers (tasks/s), percentages of the execution bound "
+                         f"(50%), or a rate profile (ramp:0=100,10=900); found {part!r}") from None
+    if percent:
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"--rates: {part!r} is not a percentage > 0 of the execution bound")
+        x = _rounded(x / 100 * capacity)
+    check_rate(x, "--rates" if not percent else f"--rates {part} (of {capacity:.4g} tasks/s)")
+    return x
+
+
+def _rounded(rate: float) -> float:
+    """A rate to one decimal -- or, below 1 task/s, to 3 significant digits (0.0033 is not 0)."""
+    r = round(rate, 1)
+    return r if r >= 1 else float(f"{rate:.3g}")
+
+
+def check_run(exp: Experiment, given: "list[float] | RateProfile", seconds: float, window: int = 600) -> None:
+    """Refuse, before any work, what the simulator cannot hold -- an execution bound over MAX_RATE (a
+    mean task duration too short for the cluster), more tasks in all than MAX_SIM_TASKS -- or the
+    compiler cannot replay: a rate so low that its window of ``window`` tasks spans more than its
+    limit of simulated seconds (the compiler's choice is made at every rate)."""
+    if not exp.trace and not exp.capacity <= MAX_RATE:
+        raise ValueError(f"--duration {exp.duration:g}: the execution bound would be {exp.capacity:.3g} tasks/s "
+                         f"({exp.nodes} nodes x {exp.executors} executors / {exp.duration:g} s), over the limit of "
+                         f"{MAX_RATE:g} tasks/s: give a longer --duration")
+    cap = len(exp.trace) if exp.trace else math.inf  # (a trace is replayed, never more than itself)
+    if isinstance(given, list):
+        tasks = sum(min(cap, r * seconds) for r in given)
+        what = f"--rates {','.join(f'{r:g}' for r in given)} over --seconds {seconds:g}"
+        compiled = list(given)
+    else:
+        tasks = min(cap, given.peak(seconds) * seconds)  # (arrivals are drawn at the peak rate, then thinned)
+        what = f"--rates {given.label()} over --seconds {seconds:g}"
+        compiled = [r for r in (given.mean(seconds), given.peak(seconds)) if r > 0]
+    check_tasks(tasks, what, "lower --rates or --seconds")
+    for r in compiled:
+        if window / r > MAX_SPAN_S:
+            raise ValueError(f"at {r:.3g} tasks/s the compiler's window of {window} tasks would span "
+                             f"{window / r:,.0f} simulated seconds, over its limit of {MAX_SPAN_S:,.0f}: raise --rates "
+                             f"(the execution bound is {exp.capacity:.3g} tasks/s) or lower --window")
 
 
 def resolve_plans(policy: str, nodes: int, plans: Sequence[str]) -> list[str]:
@@ -186,6 +268,9 @@ def adaptive_setup(exp: Experiment, rate: RateProfile, seconds: float, profile: 
     to each grid rate: its mix and durations kept), and every plan that can run here, lowered."""
     analysis, space = plan_space(exp.policy, exp.nodes)
     mean = rate.mean(seconds)
+    if not mean > 0:  # (the estimate table is made on a trace at the mean rate)
+        raise ValueError(f"--adaptive: the rate {rate.label()} is 0 throughout the {seconds:g} s run: no task "
+                         f"arrives, so there is nothing to adapt to; give a rate above 0")
     trace = exp.workload(mean, trace_seconds(mean, window, timeout=exp.timeout), seed=seed + 1).tasks
     kw = {"fractions": tuple(fractions)} if fractions else {}
     table = estimate_table(load_policy(exp.policy), nodes=exp.nodes, executors=exp.executors, queue=exp.queue,

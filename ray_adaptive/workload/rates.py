@@ -43,11 +43,18 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ray_adaptive.workload.limits import MAX_RATE
+
 __all__ = ["RateProfile", "parse_profile", "profile_from_dict", "retime", "KINDS"]
 
 KINDS = ("const", "steps", "ramp", "sine", "bursts")
 _PARAMS = {"const": ("rate",), "sine": ("mean", "amplitude", "period", "phase"),
            "bursts": ("base", "peak", "every", "length", "first")}
+_RATES = ("rate", "mean", "amplitude", "base", "peak")  # the parameters that are rates (tasks/s)
+
+
+def _rate_ok(r: float) -> bool:
+    return math.isfinite(r) and 0 <= r <= MAX_RATE
 
 
 @dataclass(frozen=True)
@@ -67,10 +74,14 @@ class RateProfile:
             if not self.points:
                 raise ValueError(f"a {self.kind} profile needs at least one time=rate point")
             times = [t for t, _ in self.points]
-            if times != sorted(times) or len(set(times)) != len(times) or times[0] < 0:
-                raise ValueError(f"{self.kind} points must have distinct times >= 0 in increasing order, found {times}")
-            if any(not (r >= 0 and math.isfinite(r)) for _, r in self.points):
-                raise ValueError(f"{self.kind} rates must be finite numbers >= 0, found {[r for _, r in self.points]}")
+            # (a NaN time compares false with everything: sorted() and "< 0" would both let it through)
+            if not all(math.isfinite(t) for t in times) or times != sorted(times) or len(set(times)) != len(times) \
+                    or times[0] < 0:
+                raise ValueError(f"{self.kind} points must have distinct finite times >= 0 in increasing order, "
+                                 f"found {times}")
+            if any(not _rate_ok(r) for _, r in self.points):
+                raise ValueError(f"{self.kind} rates must be finite numbers in [0, {MAX_RATE:g}] tasks/s, "
+                                 f"found {[r for _, r in self.points]}")
             return
         need = {"const": ("rate",), "sine": ("mean", "amplitude", "period"),
                 "bursts": ("base", "peak", "every", "length")}[self.kind]
@@ -79,8 +90,12 @@ class RateProfile:
         if missing or unknown:
             raise ValueError(f"a {self.kind} profile takes {', '.join(_PARAMS[self.kind])}; "
                              + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
-        if any(not (v >= 0 and math.isfinite(v)) for k, v in p.items() if k != "phase"):
+        if any(not (v >= 0 and math.isfinite(v)) for k, v in p.items() if k != "phase") \
+                or not math.isfinite(p.get("phase", 0.0)):
             raise ValueError(f"{self.kind} parameters must be finite numbers >= 0, found {p}")
+        if any(not _rate_ok(v) for k, v in p.items() if k in _RATES):
+            raise ValueError(f"{self.kind} rates ({', '.join(k for k in p if k in _RATES)}) must be at most "
+                             f"{MAX_RATE:g} tasks/s, found {p}")
         if self.kind == "sine" and (p["amplitude"] > p["mean"] or p["period"] <= 0):
             raise ValueError(f"a sine needs amplitude <= mean (rates >= 0) and period > 0, found {p}")
         if self.kind == "bursts" and (p["every"] <= 0 or p["length"] > p["every"]):
@@ -120,6 +135,10 @@ class RateProfile:
         if self.kind == "sine":
             return p["mean"] + p["amplitude"]
         return max(p["base"], p["peak"])
+
+    def is_zero(self, seconds: float) -> bool:
+        """Whether the rate is 0 throughout [0, ``seconds``]: nothing would arrive."""
+        return not self.peak(seconds) > 0
 
     def mean(self, seconds: float, samples: int = 10_000) -> float:
         """The mean rate over [0, ``seconds``]."""

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -97,8 +98,8 @@ def _check(tenants: list, where: str) -> tuple:
     for t in tenants:
         if not t.name or "/" in t.name:
             raise ScenarioError(f"{where}: a tenant name must be non-empty and without '/', found {t.name!r}")
-        if not t.share > 0:
-            raise ScenarioError(f"{where}: the share of tenant {t.name!r} must be > 0, found {t.share}")
+        if not (math.isfinite(t.share) and t.share > 0):  # (an inf share makes every share inf / inf = NaN)
+            raise ScenarioError(f"{where}: the share of tenant {t.name!r} must be a finite number > 0, found {t.share}")
     return tuple(tenants)
 
 
