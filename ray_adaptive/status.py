@@ -48,27 +48,42 @@ def connect(address: Optional[str]) -> None:
         raise StatusError(f"cannot join the Ray cluster at {address or 'auto'!r}: {text.splitlines()[0]}") from None
 
 
-def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
-    """Fail in seconds when nothing listens at a ``host:port`` / ``[IPv6]:port`` address, when its port is
-    not one, or when the address is ``local`` (``ray.init`` would start a new, empty cluster: a command
-    that reads a cluster must never make one).
+_ADDRESS = re.compile(r"(ray://)?(?:\[([^\]]*)\]|([^:\[\]/\s]+)):(-?\d+)")
 
-    Ray's own connect retries the GCS for about a minute before it gives up,
-    which reads as a hung command to an operator who mistyped a port.
+
+def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
+    """Refuse in seconds an address that is no cluster's: ``local`` (``ray.init`` would start a new,
+    empty cluster: a command that reads a cluster must never make one), one that is not ``auto``,
+    ``host:port``, ``[IPv6]:port`` or ``ray://host:port``, a port out of 1-65535, or one where
+    nothing listens.
+
+    Ray's own connect retries the GCS for about a minute before it gives up --
+    for ever on a host it cannot parse -- which reads as a hung command to an
+    operator who mistyped an address.
     """
+    import ipaddress
     import socket
 
+    if address is None or address == "auto":  # (the cluster this machine runs: Ray finds it, or says there is none)
+        return
     if address == "local":
         raise StatusError("--address local would start a new, empty Ray cluster just for this command: give the "
                           "running cluster's address (host:port, or auto for the one this machine runs)")
-    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:([-+]?\d+)|([^:/\[\]]+):([-+]?\d+)", address or "")
-    if m is None:  # "auto", "ray://...", or a bare host: leave it to Ray
-        return
-    host, port = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
-    if not 1 <= int(port) <= 65535:
+    m = _ADDRESS.fullmatch(address)
+    host = None if m is None else (m.group(2) if m.group(2) is not None else m.group(3))
+    if m is not None and m.group(2) is not None:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            host = None
+    if host is None or not re.fullmatch(r"[A-Za-z0-9._:-]+", host):
+        raise StatusError(f"{address!r} is not a Ray cluster address: expected host:port, [IPv6]:port, "
+                          f"ray://host:port or auto")
+    port = int(m.group(4))  # type: ignore[union-attr]  # (host is set: it matched)
+    if not 1 <= port <= 65535:
         raise StatusError(f"cannot reach a Ray cluster at {address!r}: {port} is not a port (1-65535)")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as err:
         raise StatusError(f"cannot reach a Ray cluster at {address!r}: nothing answers there ({err})") from None
 

@@ -171,8 +171,13 @@ def _check_options(executors: Optional[int], queue: int, hold: str, rate: Option
         raise ValueError(f"queue must be a non-negative int, got {queue!r}")
     if hold not in HOLDS:
         raise ValueError(f"hold must be one of {', '.join(map(repr, HOLDS))}, got {hold!r}")
-    if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
-        raise ValueError(f"rate must be a positive number of tasks/s, got {rate!r}")
+    if rate is not None:  # (True is not 1 task/s; 1e308 is no rate the compiler can replay)
+        from ray_adaptive.workload.limits import MAX_RATE, check_rate
+
+        try:
+            check_rate(rate, "rate")
+        except ValueError:
+            raise ValueError(f"rate must be a number of tasks/s in (0, {MAX_RATE:g}], got {rate!r}") from None
     if metrics_every_s is not None and not metrics_every_s > 0:
         raise ValueError(f"metrics_every_s must be > 0 seconds or None, got {metrics_every_s!r}")
     if isinstance(decision_records, bool) or not isinstance(decision_records, int) or decision_records < 0:

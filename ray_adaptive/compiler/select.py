@@ -57,6 +57,10 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
         return _from_file(policy, plan), "given as a plan dict"
     if not isinstance(plan, str) or not plan:
         raise TypeError(f"plan must be 'auto', an architecture, a plan name, a plan file path or a dict; got {plan!r}")
+    if plan == "adaptive":  # (ra.start's plan="adaptive" is the controller, handled before a plan is selected)
+        raise ValueError("'adaptive' is not a plan but the controller that switches between plans as the load "
+                         "changes: start it with ra.start(policy, plan='adaptive'); a switch (rt.switch) takes one "
+                         "plan: 'auto', an architecture, a plan name or a plan file")
     if plan == "auto":
         from ray_adaptive.compiler.pipeline import compile_policy
 
@@ -91,5 +95,6 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
     for p in plans:
         if p.name == plan:
             return p, "named"
-    names = ", ".join(["auto", *(a.value for a in Architecture), *(p.name for p in plans)])
+    # (an architecture's plan with no approximation has the architecture's name: listed once)
+    names = ", ".join(dict.fromkeys(["auto", *(a.value for a in Architecture), *(p.name for p in plans)]))
     raise ValueError(f"unknown plan {plan!r} for policy {policy.name!r}; expected one of: {names}, or a plan file")
