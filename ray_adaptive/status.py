@@ -12,6 +12,7 @@ submitted a task why it waits, or why it landed where it did.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Dict, List, Optional
@@ -62,7 +63,6 @@ def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
     operator who mistyped an address.
     """
     import ipaddress
-    import socket
 
     if address is None or address == "auto":  # (the cluster this machine runs: Ray finds it, or says there is none)
         return
@@ -83,9 +83,33 @@ def _probe(address: Optional[str], timeout_s: float = 5.0) -> None:
     if not 1 <= port <= 65535:
         raise StatusError(f"cannot reach a Ray cluster at {address!r}: {port} is not a port (1-65535)")
     try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
+        speaks = _speaks_grpc(host, port, timeout_s)
     except OSError as err:
         raise StatusError(f"cannot reach a Ray cluster at {address!r}: nothing answers there ({err})") from None
+    if not speaks and os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+        raise StatusError(f"cannot reach a Ray cluster at {address!r}: something answers there, but not as Ray "
+                          f"does (gRPC); is it the cluster's GCS port (ray start --head --port)?")
+
+
+def _speaks_grpc(host: str, port: int, timeout_s: float) -> bool:
+    """Whether the server at ``host:port`` answers HTTP/2's connection preface with its SETTINGS frame, as
+    Ray's GCS (and Ray Client's server) -- gRPC -- does: another service there (an HTTP/1 server, sshd)
+    would have Ray retry for minutes. Raises OSError when nothing listens."""
+    import socket
+
+    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+        conn.settimeout(timeout_s)
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        head = b""
+        try:
+            while len(head) < 9:  # (a frame header: length (3 bytes), type, flags, stream id)
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except OSError:  # (no answer in time, or reset: not gRPC)
+            return False
+    return len(head) == 9 and head[3] == 0x04  # a SETTINGS frame
 
 
 def runtimes() -> List[str]:

@@ -326,6 +326,31 @@ def test_an_address_that_is_no_cluster_is_refused_in_seconds(command, address, m
     assert not started
 
 
+def test_an_address_where_something_else_answers_is_refused_in_seconds(monkeypatch):
+    """(An HTTP server, sshd: Ray's connect waits for a GCS there for minutes.)"""
+    import socket
+    import threading
+
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init reached"))
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    start = time.monotonic()
+    out = CliRunner().invoke(main, ["status", "--address", address])
+    server.close()
+    assert out.exit_code == 1 and time.monotonic() - start < 10
+    assert out.output.strip() == (f"error: cannot reach a Ray cluster at '{address}': something answers there, but not "
+                                  "as Ray does (gRPC); is it the cluster's GCS port (ray start --head --port)?")
+
+
 # ------------------------------------------------------------------------ ra.start, node_fields, plans
 
 
