@@ -1,12 +1,14 @@
-"""The long fuzz run: check, replay and compile on generated bad input, counted.
+"""The long fuzz run: check, replay, compile, simulate, status and why on generated bad input, counted.
 
     python release_tests/fuzz_inputs.py [--smoke-test] [--inputs 100000] [--budget-s 7200] [--out fuzz.json]
+    python release_tests/fuzz_inputs.py --mix simulate=1,addresses=1 --inputs 2000   # the newer surfaces only
 
 The generators and the property are the CI fuzz tests' (``tests/_fuzz.py``):
 every run ends with exit 0 or 1, no traceback, one error line per file,
 within a time bound -- and a policy that passes ``check`` is replayed (run
 time: its hooks and Score execute), one in ten also compiled. Inputs are
-split among the four kinds (policies, scenarios, traces, command lines) by
+split among the kinds (policies, scenarios, traces, command lines;
+``simulate``'s flags and rate profiles; ``status``/``why`` addresses) by
 ``--mix``; each kind runs until its share of ``--inputs`` or of
 ``--budget-s`` is spent. Unlike the CI tests, a problem does not stop the
 run: every one is counted and the first few of each kind are kept (the
@@ -28,12 +30,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from _fuzz import Workspace, base_scenario, cli_args, policy_input, run_cli, scenario_input, trace_input  # noqa: E402
+from _fuzz import (Workspace, address_args, base_scenario, cli_args, policy_input, run_cli, scenario_input,  # noqa: E402
+                   simulate_args, trace_input)
 
 from ray_adaptive.dsl import load_policy  # noqa: E402
 
 CHECK_S, REPLAY_S, COMPILE_S = 10.0, 20.0, 60.0
-MIX = {"policies": 0.7, "scenarios": 0.2, "traces": 0.01, "command_lines": 0.09}
+SIMULATE_S, ADDRESS_S = 120.0, 20.0  # (an address is given 5 s of wall time to answer: the bound is CPU, x10 in wall)
+MIX = {"policies": 0.65, "scenarios": 0.18, "traces": 0.01, "command_lines": 0.09, "simulate": 0.05, "addresses": 0.02}
 KEPT = 5  # problems kept per kind
 
 
@@ -105,6 +109,18 @@ def _run(kind: str, n: int, seconds: float, ws: Workspace) -> dict:
             extra = ["--node-resources", '{"CPU": 2}'] if resources else []
             tally.record(run_cli(["compile", "drf_lb", "--trace", root / "t.csv", "--window", "10", "--nodes", "3",
                                   "--no-measure", *extra], COMPILE_S))
+    elif kind == "simulate":
+        @config
+        @given(data=st.data())
+        def prop(data):
+            tally.next_input()
+            tally.record(run_cli(data.draw(simulate_args(ws)), SIMULATE_S))
+    elif kind == "addresses":
+        @config
+        @given(data=st.data())
+        def prop(data):
+            tally.next_input()
+            tally.record(run_cli(data.draw(address_args()), ADDRESS_S))
     else:
         @config
         @given(data=st.data())
@@ -127,7 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", type=int, default=100_000, help="inputs in all, split by --mix")
     ap.add_argument("--budget-s", type=float, default=4 * 3600, help="seconds in all, split by --mix")
     ap.add_argument("--mix", default=",".join(f"{k}={v}" for k, v in MIX.items()))
-    ap.add_argument("--smoke-test", action="store_true", help="12 inputs, 20 s")
+    ap.add_argument("--smoke-test", action="store_true", help="12 inputs, 20 s (of the --mix given)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))}

@@ -14,7 +14,12 @@ of input:
   values made wrong -- wrong types, missing and extra keys, huge and non-finite
   numbers, short vecs, duplicate ids -- and bad encodings;
 * **command lines**: check / replay / compile with flags drawn from good and
-  bad values, unknown options, missing arguments, unreadable paths.
+  bad values, unknown options, missing arguments, unreadable paths;
+* **simulate**: its flags and rate profiles (NaN and infinite times and
+  rates, all-zero profiles with ``--adaptive``, empty and out-of-range rates,
+  runs over the task cap, tenants' shares and fields, workload files);
+* **addresses**: ``status`` / ``why`` with addresses that are no cluster's
+  (malformed, ports out of range, nothing listening, ``local``).
 
 The property (:meth:`Outcome.problem`): exit code 0 or 1; no traceback and no
 "internal error"; on exit 1, one error line (one per file for ``check``); on
@@ -417,6 +422,10 @@ class Workspace:
             "bin.json": b"\xff{}", "good.csv": b"id,arrival,task.tenant,task.resource_vec\n" + b"".join(
                 f't{i},{i * 0.01},a,"[0.1, 0.2, 0.1]"\n'.encode() for i in range(40)),
             "bad.csv": b"id,arrival\nt0,inf\n", "profile.json": b'{"message_s": -1}', "list.json": b"[1, 2]",
+            "tenants.json": json.dumps({"tenants": [{"name": "a", "share": 1}, {"name": "b", "share": 3}],
+                                        "rate": "steps:0=40,0.1=120", "seconds": 0.3}).encode(),
+            "tenants_bad.json": b'{"tenants": [{"name": "a", "share": Infinity, "fields": {"nofield": 1}}], '
+                                b'"rate": {"kind": "steps", "points": [[NaN, 5]]}}',
         }
         for name, data in files.items():
             (root / name).write_bytes(data)
@@ -454,3 +463,67 @@ def cli_args(ws: Workspace):
         st.lists(st.sampled_from(["check", "replay", "compile", "--version", "--help", "x", "--rate", "5", "--"]),
                  max_size=4),
     )
+
+
+# --------------------------------------------------------------------------------------------- simulate
+
+SIM_RATES = [  # tasks/s, percentages, rate profiles: good ones sized for a 0.3 s run on 3 nodes, and bad
+    "50", "20,60", "60%", "const:40", "steps:0=40,0.1=120", "ramp:0=10,0.2=80", "sine:mean=50,amplitude=20,period=0.2",
+    "bursts:base=20,peak=80,every=0.1,length=0.05", "", " ", ",", "200,,400", "inf", "-inf", "nan", "1e308", "0", "-5",
+    "1e99%", "nan%", "0%", "%", "x", "1e9", "1e10", "steps:0=200,nan=800", "steps:nan=800", "ramp:nan=200",
+    "ramp:0=1,inf=2", "steps:0=0", "ramp:0=0,5=0", "bursts:base=0,peak=0,every=1,length=1",
+    "sine:mean=0,amplitude=0,period=5", "const:0", "const:inf", "const:1e308", "const:", "steps:", "steps:0",
+    "steps:1=5,0=5", "steps:-1=5", "steps:0=5,0=6", "sine:mean=1", "sine:mean=1,amplitude=2,period=1",
+    "sine:mean=50,amplitude=20,period=0.2,phase=nan", "bursts:base=1,peak=2,every=0,length=0", "weird:1", "steps:0=1e10",
+    ":", "steps:0=50,0.1=-3", "ramp:0=5,1=nan",
+]
+SIM_FLAGS = {  # simulate's flags, with values that keep a valid run short
+    "--rates": SIM_RATES, "--seconds": ["0.3", "0.5", "0", "-1", "nan", "inf", "1e-9", "3601", "x"],
+    "--duration": ["0.02", "0.05", "1e-300", "1e-9", "3600", "100", "0", "nan", "inf", "-1"],
+    "--tenants": ["a:1", "a:1,b:3", "a:inf", "a:nan", "a:0", "a:-1", "a", "", ",", "a:1,a:2", "a:1:nofield=3",
+                  "a:1:weight=2", "a:1:weight=Infinity", "a:1:resource_vec=[1]", "a:1:resource_vec=[Infinity]",
+                  "a/b:1", "a:1:=3", "a:1:tenant=x", "a:1e308,b:1e308"],
+    "--every": ["0.1", "0", "1e-9", "nan", "0.001"], "--warmup": ["0.05", "0", "1", "-1", "nan"],
+    "--nodes": ["0", "1", "3", "1001", "x"], "--executors": ["0", "2", "1001"], "--queue": ["-1", "0", "5000"],
+    "--limit": ["0.5", "1", "1.2", "nan", "inf"], "--window": ["5", "10", "x", "100000000"],
+    "--switch-pause": ["0", "-1", "nan", "0.05"], "--arrivals": ["bursty", "x"],
+    "--durations": ["exponential", "lognormal", "x"], "--plan": ["centralized", "hybrid,centralized", "nope", ""],
+    "--seed": ["-1", "0", "7"],
+}
+
+
+def simulate_args(ws: Workspace):
+    """A strategy of ``ray-adaptive simulate`` argument lists: a short valid run's base, then flags drawn
+    from good and bad values (click takes an option's last value), a rate over the task cap at times."""
+    out = str(ws.root / "folder" / "sim")
+    base = ["--nodes", "3", "--window", "10", "--seconds", "0.3", "--warmup", "0.05", "--plan", "centralized",
+            "--no-progress", "--out", out]
+    flag = st.one_of(
+        st.sampled_from(sorted(SIM_FLAGS)).flatmap(lambda f: st.tuples(st.just(f), st.sampled_from(SIM_FLAGS[f]))),
+        st.tuples(st.sampled_from(["--workload", "--tenants"]),
+                  st.sampled_from([ws.paths[k] for k in ("good.csv", "bad.csv", "good.json", "tenants.json",
+                                                         "tenants_bad.json", "list.json", "folder", "missing")])),
+        st.sampled_from([("--adaptive",), ("--adaptive",), ("--bogus",), ("-h",), ("--rates",),
+                         ("--seconds", "3600", "--rates", "100000"), ("--seconds", "3600", "--rates", "steps:0=1000")]))
+    policies = st.sampled_from(["drf_lb", "weighted_fair", "fifo", "nope", ws.paths["bad.policy"]])
+    return st.tuples(policies, st.lists(flag, max_size=4)).map(
+        lambda t: ["simulate", t[0], *base, *[x for f in t[1] for x in f]])
+
+
+# -------------------------------------------------------------------------------------------- addresses
+
+ADDRESSES = ["[::1]:6379", "127.0.0.1:-1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:1", "[::1]:1", "localhost:9",
+             "local", "", " ", ":6379", "[zz]:1", "[::1]", "::1:6379", "host", "a:b:c", "http://x:1",
+             "ray://localhost:1", "ray://", "ray://[::1]:1", "nohost.invalid:6379", "127.0.0.1:+80",
+             "127.0.0.1:99999999999999999999", "1.2.3.4.5:1", "\x00:1", "x y:1", "\uff41:1", "127.0.0.1:6379/path",
+             "[::1]:6379:1", "[]:1", "-1:-1"]
+
+
+def address_args():
+    """A strategy of ``status`` / ``why`` argument lists with an address that is no cluster's (never ``auto``:
+    that would join whatever cluster this machine runs)."""
+    status = st.tuples(st.sampled_from([[], ["drf_lb"], ["nope"]]), st.sampled_from(ADDRESSES),
+                       st.sampled_from([[], ["--json"]])).map(lambda t: ["status", *t[0], "--address", t[1], *t[2]])
+    why = st.tuples(st.sampled_from(["drf_lb", "nope"]), st.sampled_from(["t1", ""]), st.sampled_from(ADDRESSES)).map(
+        lambda t: ["why", t[0], t[1], "--address", t[2]])
+    return st.one_of(status, why)

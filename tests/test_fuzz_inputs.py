@@ -14,10 +14,12 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from _fuzz import Workspace, base_scenario, cli_args, policy_input, run_cli, scenario_input, trace_input
+from _fuzz import (Workspace, address_args, base_scenario, cli_args, policy_input, run_cli, scenario_input,
+                   simulate_args, trace_input)
 from ray_adaptive.dsl import load_policy
 
 CHECK_S, REPLAY_S, COMPILE_S = 10.0, 20.0, 60.0  # time bounds of one run (far above what any takes here)
+SIMULATE_S, ADDRESS_S = 120.0, 20.0
 
 
 def fuzz(n: int):
@@ -73,6 +75,30 @@ def test_traces_compile_cleanly(ws, doc, resources):
 def test_command_lines_end_cleanly(ws, data):
     args = data.draw(cli_args(ws))
     clean(run_cli(args, COMPILE_S if args[:1] == ["compile"] else REPLAY_S))
+
+
+@fuzz(10)
+@given(data=st.data())
+def test_simulate_flags_and_rate_profiles_end_cleanly(ws, data):
+    """(issue 36: NaN times, all-zero profiles with --adaptive, runs over the task cap, rates out of range)"""
+    clean(run_cli(data.draw(simulate_args(ws)), SIMULATE_S))
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """As a fresh process: not connected (the session's cluster may be), and never connecting -- no
+    address drawn is a cluster's."""
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail(f"ray.init reached: {a} {k}"))
+
+
+@fuzz(40)
+@given(args=address_args())
+def test_status_and_why_addresses_end_cleanly_in_seconds(no_driver, args):
+    """(issue 36: [::1]:6379 and 127.0.0.1:-1 hung for over 80 s; local started a throwaway cluster)"""
+    clean(run_cli(args, ADDRESS_S))
 
 
 def test_found_by_the_long_run(ws):

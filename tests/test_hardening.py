@@ -318,6 +318,7 @@ def test_an_address_that_is_no_cluster_is_refused_in_seconds(command, address, m
     import ray
 
     started = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # (as a fresh process: the session's cluster may run)
     monkeypatch.setattr(ray, "init", lambda *a, **k: started.append(k))  # (it must never be reached)
     args = [command, "drf_lb"] + (["t1"] if command == "why" else []) + ["--address", address]
     start = time.monotonic()
@@ -333,6 +334,7 @@ def test_an_address_where_something_else_answers_is_refused_in_seconds(monkeypat
 
     import ray
 
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("ray.init reached"))
     server = socket.create_server(("127.0.0.1", 0))
 
