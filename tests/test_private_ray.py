@@ -100,3 +100,13 @@ def test_wait_ready_raises_the_constructor_error(ray_cluster):
 
     with pytest.raises(Exception, match="no"):
         actors.wait_ready([Broken.remote()], timeout=60)
+
+
+def test_the_job_table_reads_on_this_ray(ray_cluster):
+    """This driver's job is in the GCS job table, alive, with the metadata its job config carries."""
+    from ray_adaptive._private.jobs import job_table
+
+    me = ray.get_runtime_context().get_job_id()
+    table = job_table()
+    assert me in table and not table[me].dead and table[me].start_ms > 0
+    assert all(isinstance(r.metadata, dict) for r in table.values())

@@ -89,10 +89,16 @@ def _ray_range(d):
     assert all(_positive(d[k]) for k in ("venv_s", "install_s", "tests_s", "total_s"))
 
 
+def _shared_service(d):
+    assert d["jain"] >= 0.95 and min(d["window_tasks"]) > 0, d
+    assert all(_positive(d[k]["evicted_s"]) and d[k]["settled_s"] >= d[k]["evicted_s"] for k in ("stop_job", "sigkill"))
+    assert all(_positive(x) for x in d["first_placement_s"].values()) and d["ran"] == d["tasks"], d
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
-          "fuzz_inputs": _fuzz, "ray_range": _ray_range}
+          "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service}
 
 
 def _release_tests() -> list:

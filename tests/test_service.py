@@ -102,6 +102,43 @@ def _jain(xs) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
 
+def test_bind_specs_are_checked_against_the_policy():
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.runtime.tenancy import parse_bind
+
+    fields = load_policy("drf_lb").task_fields
+    assert parse_bind(["tenant=job"], fields, "drf_lb") == {"tenant": "job"}
+    assert parse_bind([" tenant = metadata:team "], fields, "drf_lb") == {"tenant": "metadata:team"}
+    for bad, says in [("tenant", "expected FIELD=job"), ("team=job", "no string Task field 'team'"),
+                      ("resource_vec=job", "no string Task field"), ("tenant=metadata:", "not 'metadata:'"),
+                      ("tenant=user", "not 'user'")]:
+        with pytest.raises(ValueError, match=says):
+            parse_bind([bad], fields, "drf_lb")
+    with pytest.raises(ValueError, match="bound twice"):
+        parse_bind(["tenant=job", "tenant=metadata:team"], fields, "drf_lb")
+
+
+def test_a_bound_field_takes_the_jobs_value_and_refuses_another():
+    from ray_adaptive.runtime.tenancy import TenantBindingError, apply_bound
+
+    bound = {"tenant": {"value": "a"}}
+    assert apply_bound(bound, {"resource_vec": [1.0]}, "p") == {"resource_vec": [1.0], "tenant": "a"}
+    assert apply_bound(bound, {"tenant": "a"}, "p") == {"tenant": "a"}
+    with pytest.raises(TenantBindingError, match="tenant='b' is refused.*this job's tenant is 'a'"):
+        apply_bound(bound, {"tenant": "b"}, "p")
+    with pytest.raises(PermissionError, match="submitted without it"):
+        apply_bound({"tenant": {"error": "job 02 was submitted without it"}}, {}, "p")
+
+
+def test_the_processes_of_dead_jobs_are_found_but_never_the_owners():
+    from ray_adaptive._private.jobs import JobRecord
+    from ray_adaptive.runtime.job_watch import dead_clients
+
+    table = {j: JobRecord(j, dead, {}, 0) for j, dead in (("01", True), ("02", False), ("03", True))}
+    clients = {"owner": "01", "p1": "02", "p2": "03", "p3": "03", "p4": "09"}  # (09: not in the table yet)
+    assert dead_clients(clients, table, keep="owner") == {"03": ["p2", "p3"]}
+
+
 @pytest.fixture
 def markers(tmp_path):
     folder = tmp_path / "markers"
@@ -116,6 +153,12 @@ def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_
     assert "policy drf_lb: served, plan centralized" in served.stdout and "why:" in served.stdout
     again = _cli("serve", "drf_lb", "--address", address)
     assert again.returncode == 1 and "already runs on this cluster" in again.stderr, again.stderr
+    with pytest.raises(ValueError, match="owned by the policy service.*given here: plan"):
+        ra.start("drf_lb", plan="hybrid")  # (one runtime per policy: a second State would split the tenants)
+    attached = ra.start("drf_lb")  # no option: this process attaches
+    assert attached.binding is None and attached.why.startswith("compiler's choice")
+    ra.shutdown("drf_lb")  # detaches; the service runs on
+    assert _service("drf_lb") is not None and ray.get(_service("drf_lb").ready.remote())["plan"] == attached.plan.name
     a = Job(address, "a", 100_000, markers, "--claim", "b")  # (runs until killed)
     b = Job(address, "b", 400, markers)
     try:
@@ -157,6 +200,32 @@ def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     assert _left_on_cluster("drf_lb") == ([], {})
     assert _cli("stop", "drf_lb", "--address", address).returncode == 1  # nothing runs any more
+
+
+def test_a_dead_job_leaves_a_decentralized_service_too(ray_cluster, markers):
+    """Under a decentralized plan each process decides on a replica of State merged by the store: a job killed
+    leaves its replicas' pushes behind, and the rebuild takes them out of the merged State."""
+    address = ray_cluster.cluster.address
+    served = _cli("serve", "drf_lb", "--address", address, "--plan", "decentralized", "--bind", "tenant=job")
+    assert served.returncode == 0 and "plan decentralized" in served.stdout, served.stderr
+    store = ray.get_actor("ra-drf_lb-store", namespace=NAMESPACE)
+    a, b = Job(address, "a", 100_000, markers), Job(address, "b", 200, markers)
+    try:
+        wait_for(lambda: a.finished >= 20 and b.finished >= 5, timeout=90, message="both jobs under way")
+        assert _alloc(ray.get(store.state.remote()), a.id) != ZERO  # (a's tasks hold their share now)
+        a.kill(signal.SIGKILL)
+        wait_for(lambda: [h for h in ray.get(_service("drf_lb").history.remote()) if a.id in h["reason"]],
+                 timeout=15, message="job a evicted")
+        wait_for(lambda: _alloc(ray.get(store.state.remote()), a.id) == ZERO, timeout=5,
+                 message=lambda: f"a's share out of the merged State: {ray.get(store.state.remote())}")
+        assert b.wait() == 0, b.stderr()
+        assert len(_markers(markers, b.id)) == 200
+        wait_for(lambda: _alloc(ray.get(store.state.remote()), b.id) == ZERO, timeout=15, message="b's share released")
+    finally:
+        for j in (a, b):
+            j.kill(signal.SIGKILL)
+        ra.stop("drf_lb")
+    assert _left_on_cluster("drf_lb") == ([], {})
 
 
 def _table(policy: str, nodes: int, executors: int, queue: int):
@@ -235,6 +304,10 @@ def test_ray_shut_down_under_a_runtime_stops_its_threads_and_never_starts_ray_ag
         ra.shutdown()
         assert time.monotonic() - started < 2.0 and not ray.is_initialized()
         assert rt.router.closed
+        for call in (lambda: rt.switch("centralized"), rt.export, lambda: rt.why_pending("x-1"), rt.cluster_loads):
+            with pytest.raises(RuntimeError, match="Ray was shut down under it"):
+                call()
+        assert not ray.is_initialized()
     finally:
         if not ray.is_initialized():
             ray.init(address=address, namespace=None, logging_level="ERROR", log_to_driver=False)

@@ -71,6 +71,12 @@ class PolicyRuntime:
     def name(self) -> str:
         return self.policy.name
 
+    def _live(self) -> None:
+        """Raise at once if this runtime can reach no actor any more: shut down here, or Ray went away."""
+        if self.router.closed:
+            gone = "Ray was shut down under it" if not ray.is_initialized() else "it is shut down in this process"
+            raise RuntimeError(f"policy {self.name!r}: {gone} (ra.start or attach again)")
+
     @property
     def slots(self) -> Dict[str, str]:
         return self.topology.slots
@@ -92,6 +98,7 @@ class PolicyRuntime:
 
     def export(self) -> dict:
         """Queues and State of every scheduler this process can reach: what a replacing plan needs."""
+        self._live()
         return {"plan": self.plan.name, "caller": self.router.export(), **self.topology.export()}
 
     @property
@@ -126,9 +133,8 @@ class PolicyRuntime:
         # process that joins a runtime, a task submitting policy tasks, never pays for it)
         from ray_adaptive.compiler import lower, select_plan
 
+        self._live()
         if self.binding is None or self._analysis is None:
-            if self.router.closed:
-                raise RuntimeError(f"policy {self.name!r} is shut down in this process: there is no plan to switch")
             service = self._service()
             if service is None:
                 raise RuntimeError(f"only the process that started policy {self.name!r} can switch its plan")
@@ -195,6 +201,7 @@ class PolicyRuntime:
         (``reason``: no-room, infeasible -- with the policy's FILE:LINE that said inf --, ranked --
         behind how many tasks, its best and the winning scores --, next, deadline, switching).
         ``task``: a task id, or the Future :meth:`PolicyFunction.submit` returned."""
+        self._live()
         return self.router.explain(self._task_id(task))
 
     def why_placed(self, task: Any) -> dict:
@@ -202,6 +209,7 @@ class PolicyRuntime:
         moment of the decision and the runner-up (from the deciding scheduler's recent decisions,
         ``decision_records`` of :func:`~ray_adaptive.start`). ``task``: a task id, its Future, or its
         ObjectRef while it runs."""
+        self._live()
         return self.router.explain(self._task_id(task))
 
     def _task_id(self, task: Any) -> str:
@@ -232,6 +240,7 @@ class PolicyRuntime:
 
     # -- what the control loop reads (see ray_adaptive.control_loop.ControlledRuntime) -------------
     def cluster_loads(self) -> Dict[str, dict]:
+        self._live()
         return ray.get(self.topology.store.loads.remote(), timeout=30)
 
     def recorded_tasks(self, since: float) -> List[TaskSpec]:

@@ -136,4 +136,13 @@ class LocalDecider:
         return self.sched.export()
 
     def close(self, switching: bool = False) -> None:
-        """Nothing to stop: this decider has no thread (the router leaves the store)."""
+        """This process leaves (the router has waited for its tasks): the State changes of its last
+        finishes go to the store before the router unregisters -- else they never would, and its
+        tasks' share of State (an allocation) would stay in the merged State for good. No thread to stop.
+        ``switching``: a switch's freeze flushed already."""
+        if switching:
+            return
+        try:
+            self._m.flush()
+        except Exception:  # the store is gone (its runtime shut down): nothing to keep exact
+            pass
