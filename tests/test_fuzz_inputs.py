@@ -101,6 +101,15 @@ def test_status_and_why_addresses_end_cleanly_in_seconds(no_driver, args):
     clean(run_cli(args, ADDRESS_S))
 
 
+def test_a_long_simulation_of_a_rate_over_time_ends_in_seconds(ws):
+    """Found by the long run (issue 36): each epoch of a rate over time scanned every task of the run,
+    so 3,600 s at 40 tasks/s (7,200 epochs x 144,000 tasks) ran for hours; it takes seconds now."""
+    out = clean(run_cli(["simulate", "fifo", "--nodes", "3", "--window", "10", "--warmup", "0.05", "--plan",
+                         "centralized", "--no-progress", "--out", str(ws.root / "folder" / "sim"), "--rates",
+                         "const:40", "--seconds", "3600"], 60.0))
+    assert out.exit_code == 0 and "goodput" in out.stdout
+
+
 def test_found_by_the_long_run(ws):
     """Two findings of release_tests/fuzz_inputs.py, kept: Python's SyntaxWarning for `1if` printed a
     second, unlocated line under the policy's error; `check -- a b` prints a line per file."""

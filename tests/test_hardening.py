@@ -296,6 +296,21 @@ def test_a_long_task_duration_shows_its_execution_bound_and_what_to_change(tmp_p
         and "(the execution bound is 0.00111 tasks/s) or lower --window" in out
 
 
+def test_a_run_s_epochs_read_in_order_are_the_epochs_read_alone():
+    """(run_epochs keeps an index over the run instead of scanning every task per epoch)"""
+    from ray_adaptive.dsl import load_policy as load
+    from ray_adaptive.plan import LoweredPlan, Plan
+    from ray_adaptive.sim.plan_sim import PlanSim
+    from ray_adaptive.sim.timeline import epoch_of, run_epochs
+    from ray_adaptive.workload.generate import paper_workload
+
+    sim = PlanSim(LoweredPlan(Plan("centralized", "centralized"), load("drf_lb")),
+                  paper_workload(1500, seconds=3.0, timeout=0.1))
+    alone = []  # (read when the run reads it: a task dropped later would count then)
+    epochs = run_epochs(sim, every=0.25, on_epoch=lambda e, s: alone.append(epoch_of(s, e.start, e.end)))
+    assert len(epochs) == 12 and sum(e.dropped for e in epochs) > 0 and epochs == alone
+
+
 def test_the_rate_limit_is_one_number():
     assert CLI_MAX_RATE == MAX_RATE  # (the CLI keeps its own copy: parsing its flags imports no numpy)
 

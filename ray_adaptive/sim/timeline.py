@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -51,11 +52,45 @@ class Epoch:
         return dict(self.__dict__)
 
 
-def epoch_of(sim, start: float, end: float, tenant_field: str = "tenant") -> Epoch:
-    """The figures of [``start``, ``end``) of a run (advanced at least to ``end``)."""
+class _Index:
+    """What :func:`epoch_of` reads of a run, found in time proportional to an epoch's tasks: arrivals by
+    bisection, finishes among the tasks still live (arrived, neither finished nor dropped). Scanning
+    every task for every epoch made a 3,600 s run of 144,000 tasks (7,200 epochs) take hours."""
+
+    def __init__(self, tasks):
+        self.tasks = sorted(tasks, key=lambda t: t.arrival)
+        self.arrivals = [t.arrival for t in self.tasks]
+        self.live: list = []  # arrived, not finished before the last epoch's end, not dropped
+        self.admitted = 0  # tasks (in arrival order) moved to live so far
+
+    def arrived(self, start: float, end: float) -> list:
+        return self.tasks[bisect.bisect_left(self.arrivals, start):bisect.bisect_left(self.arrivals, end)]
+
+    def finished(self, start: float, end: float) -> list:
+        """The tasks finished in [start, end); those that finished earlier leave the live set unseen
+        (epochs are asked for in order: an earlier one counted them)."""
+        upto = bisect.bisect_left(self.arrivals, end)
+        if upto > self.admitted:
+            self.live += self.tasks[self.admitted:upto]
+            self.admitted = upto
+        done, live = [], []
+        for t in self.live:
+            if t.status == "finished" and t.finished_at < end:
+                if t.finished_at >= start:
+                    done.append(t)
+            elif t.status != "dropped":
+                live.append(t)
+        self.live = live
+        return done
+
+
+def epoch_of(sim, start: float, end: float, tenant_field: str = "tenant", index: Optional[_Index] = None) -> Epoch:
+    """The figures of [``start``, ``end``) of a run (advanced at least to ``end``); ``index``: the one
+    :func:`run_epochs` keeps over the run's epochs, in order (None: one made for this epoch alone)."""
     span = end - start
-    arrived = [t for t in sim.tasks if start <= t.arrival < end]
-    done = [t for t in sim.tasks if t.status == "finished" and start <= t.finished_at < end]
+    index = index if index is not None else _Index(sim.tasks)
+    arrived = index.arrived(start, end)
+    done = index.finished(start, end)
     demand: dict[str, float] = {}
     served: dict[str, float] = {}
     for t in arrived:
@@ -66,15 +101,15 @@ def epoch_of(sim, start: float, end: float, tenant_field: str = "tenant") -> Epo
         served[k] = served.get(k, 0.0) + 1.0
     weights = tenant_weights(sim.plan.policy, arrived, tenant_field) if arrived else None
     ratios = M.service_ratios(served, demand, float(len(done)), weights)
-    times = np.asarray(sim.ratio.times)
-    inside = (times >= start) & (times < end)
+    ratio = sim.ratio  # (samples are taken in time order: the epoch's are a slice)
+    lo, hi = bisect.bisect_left(ratio.times, start), bisect.bisect_left(ratio.times, end)
     cr = math.nan
-    if inside.any():
-        impl, ideal = np.asarray(sim.ratio.impl)[inside], np.asarray(sim.ratio.ideal)[inside]
+    if hi > lo:
+        impl, ideal = np.asarray(ratio.impl[lo:hi]), np.asarray(ratio.ideal[lo:hi])
         cr = float(M.decision_ratios(impl, ideal, M.score_scale(ideal)).mean())
     return Epoch(start, end, sim.plan.name, round(len(arrived) / span, 3), round(len(done) / span, 3),
                  sum(t.status == "dropped" for t in arrived), round(M.jain_index(list(ratios.values())), 4),
-                 round(cr, 4), int(inside.sum()))
+                 round(cr, 4), hi - lo)
 
 
 def run_epochs(sim, every: float, until: Optional[float] = None,
@@ -89,11 +124,12 @@ def run_epochs(sim, every: float, until: Optional[float] = None,
         raise ValueError(f"an epoch must last > 0 seconds, found {every}")
     end = sim.window[1] if until is None else until
     out: list[Epoch] = []
+    index = _Index(sim.tasks)
     t = 0.0
     while t < end - 1e-12:
         nxt = min(t + every, end)
         sim.advance(nxt)
-        e = epoch_of(sim, t, nxt)
+        e = epoch_of(sim, t, nxt, index=index)
         out.append(e)
         if on_epoch is not None:
             on_epoch(e, sim)
