@@ -17,10 +17,14 @@ source location a global ``_k<i>`` -- no policy text is ever pasted in, and
 Example:
     >>> from ray_adaptive.dsl import load_policy
     >>> print(hook_source(load_policy("drf_lb").hook("OnDispatch")))
-    def OnDispatch(task, node, state, now, num_nodes):
+    def OnDispatch(task, node, state, now, num_nodes, _j=None):
         _t0 = state['alloc']
         _t1 = _scalar_key(task.fields['tenant'])
-        _map_set(_t0, _t1, _fresh_to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3), _k4)
+        _put_item(_t0, _t1, _fresh_to_state(_vec_op(_add, _map_get(state['alloc'], task.fields['tenant'], _k0), _vec(task.fields['resource_vec'], _k1), _k2), _k3), _k4, _j)
+
+Every State write goes through ``_put`` / ``_put_item``
+(:func:`~ray_adaptive.dsl.values.put`): checked -- finite, the place's vec
+length -- and noted in the journal ``_j``, so that a hook that fails is undone.
 """
 
 from __future__ import annotations
