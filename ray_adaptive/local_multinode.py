@@ -112,7 +112,9 @@ def start_local_cluster(
         initialize_head=True,
         head_node_args=dict(num_cpus=num_cpus, temp_dir=ray_dir, resources=extra[0], labels=labels[0],
                             include_dashboard=dashboard, metrics_export_port=ports[0], _system_config=config,
-                            **({"dashboard_port": dashboard_port, "dashboard_host": "127.0.0.1"} if dashboard else {})),
+                            # (the job agent's default port, 52365, is taken by any other cluster's on this host)
+                            **({"dashboard_port": dashboard_port, "dashboard_host": "127.0.0.1",
+                                "dashboard_agent_listen_port": _free_port()} if dashboard else {})),
     )
     try:
         if connect:

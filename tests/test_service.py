@@ -8,7 +8,6 @@ Ray's job API itself). Each task creates a marker file exclusively: a task run t
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
