@@ -73,7 +73,8 @@ class JobWatch:
         """Evict the processes of every job that ended; return them (by job). A job whose eviction fails
         is evicted again at the next check (its processes are unregistered by then: it is remembered)."""
         clients = ray.get(self._store.clients.remote(), timeout=30)
-        dead = dead_clients(clients, jobs.job_table(), self._own) if clients else {}
+        others = {c: j for c, j in clients.items() if c != self._own}
+        dead = dead_clients(others, jobs.job_table(), self._own) if others else {}  # (the table holds every job ever)
         for job, gone in dead.items():
             self._owed[job] = sorted(set(self._owed.get(job, [])) | set(gone))
         for job, gone in list(self._owed.items()):
