@@ -185,8 +185,9 @@ def jobs_of(d: dict) -> List[dict]:
         report = d["reports"].get(client, {})
         groups = report.get("groups", {})
         job = by_job.setdefault(j["job"], {"job": j["job"], "processes": 0, "pending": 0, "running": 0,
-                                           "tenants": set(), "attached": j["attached"]})
+                                           "tenants": set(), "attached": j["attached"], "clients": []})
         job["processes"] += 1
+        job["clients"].append(client)  # (task ids are <client>-<n>: what `why` asks)
         job["attached"] = min(job["attached"], j["attached"])
         for g, c in groups.items():
             job["pending"] += c.get("pending", 0)

@@ -174,6 +174,9 @@ def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_
         teams = {j["job"]: j["tenants"] for j in status["jobs"]}
         assert teams.get(a.id) == ["a"] and teams.get(b.id) == ["b"], status["jobs"]
         assert status["service"] and status["bind"] == {"tenant": "metadata:team"}
+        b_client = next(j["clients"][0] for j in status["jobs"] if j["job"] == b.id)
+        why = _cli("why", "drf_lb", f"{b_client}-000000000", "--address", address, "--json")  # asked of job b's process
+        assert why.returncode == 0 and json.loads(why.stdout)["state"] != "unknown", why.stdout + why.stderr
 
         a.kill(signal.SIGKILL)  # no ra.shutdown, no atexit: its tasks die with it, Ray says the job is dead
         killed = time.monotonic()
