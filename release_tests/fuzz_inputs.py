@@ -109,18 +109,18 @@ def _run(kind: str, n: int, seconds: float, ws: Workspace) -> dict:
             extra = ["--node-resources", '{"CPU": 2}'] if resources else []
             tally.record(run_cli(["compile", "drf_lb", "--trace", root / "t.csv", "--window", "10", "--nodes", "3",
                                   "--no-measure", *extra], COMPILE_S))
-    elif kind == "simulate":
+    elif kind == "simulate":  # (drawn before next_input: the budget's end must not stop a draw midway)
         @config
-        @given(data=st.data())
-        def prop(data):
+        @given(args=simulate_args(ws))
+        def prop(args):
             tally.next_input()
-            tally.record(run_cli(data.draw(simulate_args(ws)), SIMULATE_S))
+            tally.record(run_cli(args, SIMULATE_S))
     elif kind == "addresses":
         @config
-        @given(data=st.data())
-        def prop(data):
+        @given(args=address_args())
+        def prop(args):
             tally.next_input()
-            tally.record(run_cli(data.draw(address_args()), ADDRESS_S))
+            tally.record(run_cli(args, ADDRESS_S))
     else:
         @config
         @given(data=st.data())
