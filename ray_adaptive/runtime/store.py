@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ray
 
@@ -70,6 +70,8 @@ class StateStore:
         self._state = copy_state(state)
         self._merge = dict(merge or {})
         self._outstanding: Dict[str, Dict[str, int]] = {}
+        # member -> (its StoreClient's id, the number of its last delta merged), in this incarnation
+        self._merged: Dict[str, Tuple[str, int]] = {}
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
         self._jobs: Dict[str, Tuple[str, float]] = {}  # registered process -> (its Ray job, when it attached)
         self._bind = dict(bind or {})
@@ -281,12 +283,26 @@ class StateStore:
 
     # -- replicas -------------------------------------------------------------
     def sync(self, member: str, delta: Mapping[str, Any], outstanding: Mapping[str, int],
-             generation: int = 0) -> SyncAnswer:
+             generation: int = 0, pushes: Optional[Tuple[str, Sequence[Tuple[int, Mapping[str, Any]]]]] = None
+             ) -> SyncAnswer:
+        """Merge ``delta``, record ``outstanding``; answer the merged State. ``pushes``: ``(sender, [(number,
+        delta), ...])``, a :class:`StoreClient`'s numbered deltas not yet answered: each is merged once by
+        this incarnation, whichever of the sender's calls carries it (a call whose answer was lost is
+        carried again by the next)."""
         with self._cond:
             self.calls += 1
             if generation == self._config["generation"]:  # (a late push of a replaced plan's replica: nothing)
                 if delta:
                     merge_into(self._state, delta, self._merge)
+                if pushes is not None:
+                    sender, numbered = pushes
+                    last = self._merged.get(member, ("", 0))
+                    done = last[1] if last[0] == sender else 0
+                    for n, d in numbered:
+                        if n > done:
+                            merge_into(self._state, d, self._merge)
+                            done = n
+                    self._merged[member] = (sender, done)
                 self._outstanding[member] = dict(outstanding)
             return self._answer(member)
 
@@ -341,15 +357,24 @@ class StoreClient:
     until their next one (within ``QUIET_S``), it sees their State and loads
     as they last pushed them.
 
-    A member keeps the sum of everything it pushed (``_total``, merged by
-    the same rules). When the store's incarnation changes -- it died and
-    was restarted from the initial State -- the member keeps its own view
-    instead of the store's answer and pushes, at once, all it had pushed
-    before the push that answer is for: the merged State is back once
-    every member has synced.
+    Pushes are numbered, and a delta counts as merged only once an answer
+    says so: until then every call carries it again (with its number; a
+    store merges each number of a client once), so a call that fails -- the
+    store died before merging it, or after, with the answer lost (Ray cannot
+    tell which) -- loses nothing and doubles nothing. A member keeps the sum
+    of the deltas answered (``_held``: what the store holds of it). When the
+    incarnation changes -- the store died and was restarted from the
+    generation's base State -- the new one holds exactly the deltas of the
+    call it answered (it merged no earlier one of this member: those were
+    answered by the old one), so the member keeps its own view instead of
+    the answer and pushes ``_held`` again, at once, as a delta of its own:
+    the merged State is back once every member has synced. A process that
+    leaves or freezes (:meth:`flush`) pushes until the store has all of it.
     """
 
     QUIET_S = 0.1  # the longest period between syncs while they bring no news
+    RETRY_S = 0.05  # after a call that failed (the store restarts), the next push waits this long
+    FLUSH_S = 10.0  # the longest a flush pushes again (a restarting store), then gives up
 
     def __init__(self, member: str, spec: RoleSpec, sched: Scheduler, store, floor_s: float = 0.0,
                  generation: int = 0):
@@ -361,10 +386,12 @@ class StoreClient:
         self._inflight: Optional[Future] = None  # the store's answer to the last push
         self._sent: dict = {}  # the State changes of this replica the last push carried
         self._seen: Optional[tuple] = None  # (merged State, others' loads) of the last answer
-        self._total: dict = {}  # every State change this replica pushed, merged
-        self._before: dict = {}  # _total before the last push
+        self._id = uuid.uuid4().hex  # numbers this client's deltas at the store (see StateStore.sync)
+        self._number = 0  # of the last delta pushed
+        self._unanswered: List[Tuple[int, dict]] = []  # deltas pushed that no answer counted yet
+        self._held: dict = {}  # every delta the store of _incarnation answered, merged
         self._incarnation: Optional[str] = None  # the store's, at the last answer
-        self._repush: Optional[dict] = None  # the store restarted: what it lacks of ours, for the next push
+        self._failed: Optional[BaseException] = None  # what the last call raised, if it did
         self.pushes = 0
         self.sync_s: deque = deque(maxlen=10_000)  # round trips of the recent syncs (seconds)
         # one call carries both the others' loads (every heartbeat_s) and State (every sync_s, if
@@ -379,8 +406,9 @@ class StoreClient:
 
     @property
     def owes(self) -> bool:
-        """A restarted store lacks this replica's pushes: the next refresh pushes, wanted or not."""
-        return self._repush is not None
+        """Deltas no answer counted (a call failed; a restarted store lacks this replica's pushes): the
+        next refresh pushes, wanted or not."""
+        return bool(self._unanswered)
 
     def refresh(self, want: bool = True, wait: bool = False) -> None:
         """Apply the store's answer if it has come; start the next sync if ``want`` and one is due;
@@ -393,15 +421,15 @@ class StoreClient:
         if (want or self.owes) and self.due():
             log = self.sched.log
             delta = log.take() if log is not None else {}
-            self._before = copy_state(self._total)
-            merge_into(self._total, delta, self._merge)
-            if self._repush is not None:  # a restarted store has none of what came before its answer
-                merge_into(self._repush, delta, self._merge)
-                delta, self._repush = self._repush, None
-            self._sent = delta
+            if delta:
+                self._number += 1
+                self._unanswered.append((self._number, delta))
+            self._sent = {}
+            for _, d in self._unanswered:
+                merge_into(self._sent, d, self._merge)
             sent = time.perf_counter()
-            inflight: Future = self.store.sync.remote(self.member, delta, self.sched.outstanding(),
-                                                      self.generation).future()
+            inflight: Future = self.store.sync.remote(self.member, {}, self.sched.outstanding(), self.generation,
+                                                      (self._id, list(self._unanswered))).future()
             # timed when the answer lands (on Ray's thread), not when a later refresh applies it
             inflight.add_done_callback(lambda _f: self.sync_s.append(time.perf_counter() - sent))
             self._inflight = inflight
@@ -416,17 +444,30 @@ class StoreClient:
             return
         try:
             reply: SyncAnswer = answer.result()
-        except Exception:  # the store died (it restarts: a later answer says so) or is shut down
+        except Exception as err:  # the store died (it restarts: a later answer says so) or is shut down
+            # (merged or not, the deltas are still unanswered: the next push carries them again)
+            self._failed, self._next = err, max(self._next, time.monotonic() + self.RETRY_S)
             return
+        self._failed = None
         if reply.generation != self.generation:  # a switch replaced this replica's plan: nothing here is ours
+            self._unanswered = []
             return
         state, others, incarnation = reply.state, reply.others, reply.incarnation
         restarted = self._incarnation not in (None, incarnation)
         self._incarnation = incarnation
-        if restarted:  # it merged our last push only: keep our view, push all before it at once
-            self._repush, self._next, self._seen = copy_state(self._before), 0.0, None
+        answered, self._unanswered = self._unanswered, []
+        if restarted:  # it holds the deltas of this call only: keep our view, push what the dead one held
+            lost, self._held = self._held, {}
+            if lost:
+                self._number += 1
+                self._unanswered.append((self._number, lost))
+            for _, d in answered:
+                merge_into(self._held, d, self._merge)
+            self._next, self._seen = 0.0, None
             self.sched.set_others(others)
             return
+        for _, d in answered:
+            merge_into(self._held, d, self._merge)
         if self._seen is None or others != self._seen[1]:
             news = True
         else:  # the others pushed no State change: the store merged this replica's push only
@@ -465,15 +506,24 @@ class StoreClient:
 
     def flush(self) -> None:
         """Push every change of this replica now and wait until the store has merged it (a live switch
-        takes the merged State next); then this client syncs no more."""
+        takes the merged State next); then this client syncs no more. A store that restarted is pushed
+        what it lacks of this replica too; one that does not answer is pushed again for ``FLUSH_S`` at
+        most (twice in a row dead: gone for good, the runtime shut down)."""
         if self._inflight is not None:
             try:
                 self._inflight.result()
             except Exception:
                 pass  # (_apply sees it: a store that died answers nothing)
             self._apply()
-        self._next = 0.0
-        self.refresh(want=True, wait=True)
+        deadline, died = time.monotonic() + self.FLUSH_S, 0
+        while True:
+            self._next = 0.0
+            self.refresh(want=True, wait=True)
+            died = died + 1 if isinstance(self._failed, ray.exceptions.ActorDiedError) else 0
+            if not self._unanswered or died >= 2 or time.monotonic() > deadline:
+                break
+            if self._failed is not None:
+                time.sleep(self.RETRY_S)
         self.store = None
 
 
