@@ -17,7 +17,7 @@ from ray_adaptive.plan import Plan
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.router import Router
-from ray_adaptive.runtime.switch import switch
+from ray_adaptive.runtime.switch import SwitchNotStarted, switch
 from ray_adaptive.runtime.topology import NAMESPACE, Topology, actor_name
 from ray_adaptive.workload.specs import TaskSpec
 
@@ -106,7 +106,8 @@ class PolicyRuntime:
         """Every live switch made from this process: when, from, to, why, the estimates that decided it,
         how long processes were frozen (``freeze_s``) and the pause this process's callers saw
         (``pause_s``: its last decision under the old plan to its first under the new; None while
-        no task waited for it)."""
+        no task waited for it). A switch whose actors could not start, twice, is rolled back before
+        any process stopped deciding: its entry has ``rolled_back`` (why) and the plan stays."""
         pauses = dict(self.router.gate.pauses)
         return [{**e, "pause_s": pauses.get(e["generation"])} for e in self._history]
 
@@ -149,9 +150,10 @@ class PolicyRuntime:
                 raise ValueError(f"plan {chosen.name!r} is already in force")
             entry = self._replace(lower(chosen, self._analysis), reason, estimates=estimates, measured=measured,
                                   on_phase=_on_phase)
-            self.why = f"switched ({reason}): {why}"
+            if "rolled_back" not in entry:
+                self.why = f"switched ({reason}): {why}"
             self.publish_info()
-        if self.control_loop is not None:
+        if self.control_loop is not None and "rolled_back" not in entry:
             self.control_loop.switched(chosen.name)
         return entry
 
@@ -172,13 +174,30 @@ class PolicyRuntime:
                       f"remaining jobs' tasks")
             entry = self._replace(self.topology.plan, reason, rebuild=True)
             self.publish_info()
+        if "rolled_back" in entry:  # (the job watch tries again: the job's share is still in the State)
+            raise RuntimeError(f"policy {self.name!r}: evicting job {job} failed: {entry['rolled_back']}")
         return entry
 
     def _replace(self, lowered: Any, reason: str, *, rebuild: bool = False, estimates: Optional[dict] = None,
                  measured: Optional[dict] = None, on_phase=None) -> dict:
-        """Put ``lowered`` in force by a live switch (holds ``_switching``); the entry for :attr:`history`."""
+        """Put ``lowered`` in force by a live switch (holds ``_switching``); the entry for :attr:`history`.
+        A switch whose actors do not start (a node left under one) is tried once more on the nodes left;
+        failing again, it is rolled back -- nothing had changed -- and the entry says so (``rolled_back``)."""
         before, start = self.plan.name, time.time()
-        new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild)
+        for attempt in (1, 2):
+            try:
+                new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild)
+                break
+            except SwitchNotStarted as err:
+                log.warning("ray-adaptive: policy %r: switch to %s, attempt %d: %s", self.name, lowered.name,
+                            attempt, err)
+                failure = str(err)
+        else:
+            entry = {"time": start, "generation": self.topology.generation, "from": before, "to": lowered.name,
+                     "reason": reason, "estimates": estimates or {}, "measured": measured or {}, "freeze_s": 0.0,
+                     "exact": True, "unacked": [], "rolled_back": failure}
+            self._history.append(entry)
+            return entry
         self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
         self.router.wait_generation(new.generation)
         entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,

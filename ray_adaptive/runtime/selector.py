@@ -84,7 +84,7 @@ class Selector:
         if placements:
             # (named, not handles: arguments that hold actor handles go to the object store, and a
             # restart needs its arguments still there -- ray-project/ray#53727)
-            handles = [ray.get_actor(name, namespace=namespace) for name, namespace in placements]
+            handles = [h for h in (_lookup(name, namespace) for name, namespace in placements) if h is not None]
             self._fwd = Forwarder(handles, self._cond, self._now, self._release, self._mail_to, self._decide)
             self._fwd.start(restarted)
 
@@ -330,3 +330,10 @@ class Selector:
             self._cond.notify_all()
 
 
+def _lookup(name: str, namespace: str):
+    """A placement actor by name; None if it died before this selector started (its node left): the
+    :class:`Forwarder` works on with the others, as it does when one dies later."""
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None

@@ -62,12 +62,16 @@ from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
 from ray_adaptive.runtime.topology import Topology, build_generation
 
-__all__ = ["PlanWatcher", "Follower", "switch"]
+__all__ = ["PlanWatcher", "Follower", "SwitchNotStarted", "switch"]
 
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0
 PREPARE_TIMEOUT_S = 2.0
+
+
+class SwitchNotStarted(RuntimeError):
+    """A live switch failed before any process stopped deciding: its actors are gone, the plan in force stays."""
 
 
 class Follower(Protocol):
@@ -273,7 +277,12 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     generation = old.generation + 1
     new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records,
                            old.overflow, old.detached)
-    new.start_actors()
+    try:
+        new.start_actors()
+    except Exception as err:  # (e.g. a node left under a placement actor being started): nothing changed yet
+        new.abandon()
+        raise SwitchNotStarted(f"the actors of {plan.name!r} did not start ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0] if str(err) else ''}); the plan in force stays") from err
     phase("built", new)
     _prepare_all(store, generation, new.config(), PREPARE_TIMEOUT_S)
     start = time.perf_counter()

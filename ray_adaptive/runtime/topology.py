@@ -163,10 +163,14 @@ class Topology:
         life = _lifetime(self.detached)
         if Role.SELECTOR in specs:
             if Role.SCHEDULERS in specs:
+                # pinned to the nodes alive now: one that left would leave its actor unschedulable, and the
+                # switch building it would fail (a placement actor places on every node wherever it runs)
+                alive = _alive_ids()
+                hosts = [n for n in nodes if n.id in alive] or list(nodes)
                 self.placements = [
                     ray.remote(Placement).options(
                         num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE, **life,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)].id, soft=False),
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(hosts[i % len(hosts)].id, soft=False),
                     ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records)
                     for i in range(plan.k(len(nodes)))
                 ]
@@ -188,6 +192,16 @@ class Topology:
                     ray.kill(a, no_restart=True)
                 except Exception:
                     pass  # already gone
+
+    def abandon(self, timeout_s: float = 10.0) -> None:
+        """A generation that failed to start: kill its actors and wait until their names are free again,
+        so that a switch to the same plan can make them anew (the names carry the generation)."""
+        self.retire()
+        cfg = self.config()
+        names = [n for n in (cfg["selector"], *cfg["placements"]) if n]
+        deadline = time.monotonic() + timeout_s
+        while any(_find(n) is not None for n in names) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Kill every actor, the store too: the runtime is shut down."""
@@ -227,6 +241,11 @@ def _find(name: str):
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         return None
+
+
+def _alive_ids() -> set:
+    """The nodes the GCS says are alive (Ray has no node-event subscription: asked when needed)."""
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"]}
 
 
 def _lifetime(detached: bool) -> dict:
