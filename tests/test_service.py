@@ -195,11 +195,16 @@ def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_
         c = Job(address, "c", 40, markers)  # a job attaching later is served as well
         assert c.wait() == 0, c.stderr()
         assert len(_markers(markers, c.id)) == 40
+        e = Job(address, "e", 100_000, markers)  # attached when the operator stops the service
+        wait_for(lambda: e.finished >= 5, timeout=60, message="job e under way")
     finally:
         for j in (a, b):
             j.kill(signal.SIGKILL)
         stopped = _cli("stop", "drf_lb", "--address", address)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
+    assert e.wait(timeout=60) == 1  # its undecided tasks fail, saying why (or its next submission does)
+    err = e.stderr()
+    assert "was stopped on the cluster (ray-adaptive stop)" in err or "'drf_lb' is not running" in err, err
     assert _left_on_cluster("drf_lb") == ([], {})
     assert _cli("stop", "drf_lb", "--address", address).returncode == 1  # nothing runs any more
 

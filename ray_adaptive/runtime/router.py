@@ -248,14 +248,28 @@ class Router:
         """``ray.shutdown()`` came without ``ra.shutdown()``: stop without another call to Ray (one would
         start a new Ray). Tasks not launched fail with :class:`RayGoneError`, as does every later
         submission; those launched went with Ray."""
+        with self._cond:
+            self._ray_gone = True
+        self._end(lambda t: RayGoneError(
+            f"Ray was shut down before task {t.state.id} of policy {self.policy.name!r} was launched"))
+
+    def stopped_elsewhere(self) -> None:
+        """The runtime was stopped on the cluster (``ray-adaptive stop``: its store is gone for good) while
+        this process was attached: tasks not launched fail, saying so; those launched run on (their
+        results are this process's); a later submission finds the policy not running."""
+        self._end(lambda t: RuntimeError(
+            f"policy {self.policy.name!r} was stopped on the cluster (ray-adaptive stop) before task "
+            f"{t.state.id} was placed"))
+
+    def _end(self, error: Callable[[RoutedTask], BaseException]) -> None:
         if self.watcher is not None:
             self.watcher.stop()
         with self._cond:
-            self._ray_gone = self._closed = True
+            self._closed = True
             self._cond.notify_all()
-            left = self.book.settle(lambda t: not t.launched, lambda t: RayGoneError(
-                f"Ray was shut down before task {t.state.id} of policy {self.policy.name!r} was launched"))
+            left = self.book.settle(lambda t: not t.launched, error)
         self.book.tell(left)
+        self.decider.close(switching=True)  # (its thread stops; nothing of ours is left to tell its actors)
 
     # ---------------------------------------------------------- live switches
     def freeze(self) -> dict:

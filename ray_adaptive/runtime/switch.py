@@ -90,6 +90,10 @@ class Follower(Protocol):
 
     def explain(self, task_id: str) -> dict: ...
 
+    def stopped_elsewhere(self) -> None:
+        """The runtime was stopped on the cluster while this process followed it."""
+        ...
+
 
 class _Stopped(Exception):
     """The watcher was stopped while a long poll was in flight."""
@@ -127,6 +131,10 @@ class PlanWatcher:
             try:
                 generation, phase, incarnation, requests, news = self._watch(known)
             except _Stopped:
+                return
+            except ray.exceptions.ActorDiedError:  # (a store that crashed restarts: gone for good, it was stopped)
+                if not self._stop.is_set():
+                    self._router.stopped_elsewhere()
                 return
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
