@@ -109,6 +109,7 @@ class PlanWatcher:
     def __init__(self, router: Follower):
         self._router = router
         self._store = router.topology.store
+        self._job = ray.get_runtime_context().get_job_id()
         self.generation = router.topology.generation
         self._stop = threading.Event()
         self._frozen_for: Optional[int] = None
@@ -139,6 +140,10 @@ class PlanWatcher:
             except Exception:  # the store restarts (or the runtime is shutting down)
                 self._stop.wait(0.1)
                 continue
+            if known[2] is not None and incarnation != known[2]:
+                # the store restarted with no process registered: register again (a switch announced to the
+                # restarted store waits for this process's ack; the owner's job watch sees this job)
+                self._store.join.remote(self._router.client, 0.0, self._job)
             for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
                 threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
