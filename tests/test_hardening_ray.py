@@ -67,3 +67,46 @@ def test_switch_after_shutdown_raises_at_once(ray_cluster):
     with pytest.raises(RuntimeError, match="shut down"):
         rt.switch("hybrid")
     assert time.monotonic() - start < 2  # (it blocked for over 30 s)
+
+
+OVERFLOW = """
+Task:
+  big: float
+
+State:
+  total: float = 0.0
+
+Score(task, node):
+  return get_load(node)
+
+OnArrival(task):
+  total += task.big
+
+OnFinish(task, node):
+  total -= task.big
+"""
+
+
+def test_a_hook_that_fails_on_a_task_fails_that_task_alone_and_the_stats_add_up(ray_cluster, tmp_path):
+    """A finite field whose hook would make the State non-finite (no field check can see it: it is the
+    sum that overflows) fails its submission with PolicyRuntimeError; the State and the stats stay exact."""
+    from ray_adaptive.errors import PolicyRuntimeError
+
+    path = tmp_path / "overflow.policy"
+    path.write_text(OVERFLOW)
+    rt = ra.start(str(path), plan="decentralized", queue=1)
+    try:
+        fn = ra.policy(rt.name)(noop)
+        hold = fn.options(task={"big": 1e308}).submit(1)  # total 1e308 until its OnFinish ...
+        with pytest.raises(PolicyRuntimeError, match=r"overflow\.policy:\d+:\d+: total would become inf"):
+            fn.options(task={"big": 1e308}).remote(2)  # ... + 1e308 = inf: refused, undone
+        assert ray.get(hold.result(timeout=30)) == 1
+        deadline = time.monotonic() + 10
+        while rt.stats()["finished"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        s = rt.stats()
+        assert (s["submitted"], s["dispatched"], s["finished"], s["failed"], s["pending"]) == (2, 1, 1, 1, 0), s
+        assert rt.export()["caller"]["state"]["total"] == 0.0
+    finally:
+        ra.shutdown()
+    assert resources.created_resources() == {}

@@ -69,7 +69,7 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
     # process that joins a runtime, a task submitting policy tasks, never pays for it)
     from ray_adaptive.compiler import analyze, lower, select_plan
 
-    nodes = policy_nodes(p, o.executors, o.queue, dict(o.node_fields or {}))
+    nodes = policy_nodes(p, o.executors, o.queue, o.node_fields if o.node_fields is not None else {})  # (checked there)
     if o.adapt is not None and o.adapt.table is not None:
         _check_table(o.adapt.table, p.name, len(nodes))
     analysis = analyze(p)

@@ -88,12 +88,13 @@ class PolicyRuntime:
         return self.router.monitor
 
     def stats(self) -> dict:
-        """Counts so far (this process's submissions) and decision latency percentiles (seconds)."""
+        """Counts so far (this process's submissions: submitted = dispatched + dropped + failed + pending)
+        and decision latency percentiles (seconds)."""
         s = self.router.stats
         p50, p99 = percentiles(self.router.decision_latencies(), (0.5, 0.99))
         return {"plan": self.plan.name, "architecture": self.plan.architecture,
                 "held_by": "ray" if self.topology.overflow else "caller", "submitted": s.submitted,
-                "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
+                "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped, "failed": s.failed,
                 "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
 
     def export(self) -> dict:

@@ -68,6 +68,7 @@ class RouterStats:
     dispatched: int = 0
     finished: int = 0
     dropped: int = 0  # not placed by their deadline: never launched
+    failed: int = 0  # the policy failed on them (a hook or Score raised: PolicyRuntimeError): never launched
     harvests: int = 0  # looks for finished tasks (a ray.wait each)
     scans: int = 0  # of them, over every task in flight (the others: over the windows)
     watched: int = 0  # refs those looks were given, in all

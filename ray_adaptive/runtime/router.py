@@ -167,7 +167,12 @@ class Router:
                 self.gate.held.append(state)
                 chosen = []
             else:
-                chosen = book.decider.submit([state])  # a local decider decides in the caller's thread
+                try:
+                    chosen = book.decider.submit([state])  # a local decider decides in the caller's thread
+                except Exception:  # the policy failed on this task at its arrival (undone there): the caller hears
+                    del book.tasks[state.id]
+                    self.stats.failed += 1
+                    raise
             if chosen:  # (claimed under this lock: one lock round less per task)
                 claimed, gone, plan = book.claim(chosen, now)
             else:

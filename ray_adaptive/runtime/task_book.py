@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ray_adaptive.errors import PlacementDeadlineExceeded
+from ray_adaptive.errors import PlacementDeadlineExceeded, PolicyRuntimeError
 from ray_adaptive.monitor import Monitor
 from ray_adaptive.plan import TaskState
 from ray_adaptive.runtime.deadlines import DeadlineClock
@@ -66,7 +66,10 @@ class TaskBook:
             if task is None:
                 continue
             if task.error is None:
-                if state.node is None:  # the scheduler dropped it at its deadline (before expire did)
+                if state.node is None and state.error is not None:  # the policy failed on it (not a deadline)
+                    self._stats.failed += 1
+                    task.error = PolicyRuntimeError(f"task {task.state.id} of policy {self._policy!r}: {state.error}")
+                elif state.node is None:  # the scheduler dropped it at its deadline (before expire did)
                     self.drop(task, "was not placed by then")
                 elif now > task.state.deadline:  # placed too late (before expire saw it)
                     self.drop(task, f"was placed {now - state.arrival:.3f} s after submission")
