@@ -137,6 +137,7 @@ def describe(policy: str) -> dict:
     import ray
 
     from ray_adaptive import resources
+    from ray_adaptive.api import service
 
     d = ray.get(_store(policy).describe.remote(), timeout=30)
     selector = None
@@ -158,7 +159,7 @@ def describe(policy: str) -> dict:
                                                                    if slot else None)
     d["groups"] = _groups(d["reports"].values())
     d["jobs"] = jobs_of(d)
-    d["service"] = _service_alive(policy)
+    d["service"] = service.find(policy) is not None  # (the policy service owns it; else a driver does)
     latencies = [r["decision_p99_s"] for r in d["reports"].values() if r.get("decision_p99_s") is not None]
     if selector is not None:
         p50, p99 = percentiles(ray.get(selector.decision_latencies.remote(), timeout=30)[-10_000:], (0.5, 0.99))
@@ -203,18 +204,6 @@ def jobs_of(d: dict) -> List[dict]:
         job["tenants"] = sorted(job["tenants"])
         out.append(job)
     return out
-
-
-def _service_alive(policy: str) -> bool:
-    import ray
-
-    from ray_adaptive.runtime.topology import actor_name
-
-    try:
-        ray.get_actor(actor_name(policy, "service"), namespace=NAMESPACE)
-    except ValueError:
-        return False
-    return True
 
 
 def _groups(reports) -> Dict[str, dict]:
