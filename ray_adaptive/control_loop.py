@@ -141,12 +141,23 @@ class ControlLoop:
             if self.table is None:
                 self.table = self._table_for(None)
             self.controller = Controller(self.table, self.settings, self.rt.plan.name, now=time.monotonic())
-            while not self._stop.wait(self.settings.every_s) and ray.is_initialized():
-                self._step()  # (after ray.shutdown, a call here would start Ray again)
+            while self._wait(self.settings.every_s):
+                self._step()
         except BaseException as err:  # (logged; the runtime goes on with the plan in force)
             self.failed = err
             if not self._stop.is_set():
                 log.exception("ray-adaptive: the adaptive controller of policy %r stopped", self.rt.name)
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds``; False as soon as the loop is stopped or Ray was shut down (looked at every
+        0.2 s: a thread of the library outlives ``ray.shutdown()`` by a second at most, and a call after
+        it would start Ray again)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))) or not ray.is_initialized():
+                return False
+            if time.monotonic() >= deadline:
+                return True
 
     def _snapshot(self) -> Optional[Measurement]:
         loads = self.rt.cluster_loads()

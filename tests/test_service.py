@@ -296,12 +296,12 @@ def test_ray_shut_down_under_a_runtime_stops_its_threads_and_never_starts_ray_ag
     def ours():
         return [t.name for t in threading.enumerate() if t.name.startswith("ra-") and t.is_alive()]
 
-    rt = ra.start("least_loaded", plan="adaptive", every_s=0.5, window_s=1.0)
+    rt = ra.start("least_loaded", plan="adaptive", initial="centralized")  # (the controller's default period: 2 s)
     try:
         assert ray.get([noop.remote(i) for i in range(20)]) == list(range(20))
         assert ours()
         ray.shutdown()
-        wait_for(lambda: not ours(), timeout=1.5, message=lambda: f"the library's threads to stop: {ours()}")
+        wait_for(lambda: not ours(), timeout=1.0, message=lambda: f"the library's threads to stop: {ours()}")
         time.sleep(0.5)
         assert not ray.is_initialized()
         with pytest.raises(RuntimeError, match="Ray"):
