@@ -270,7 +270,8 @@ def stop(name: str, timeout_s: float = 60.0) -> bool:
         ...                      # jobs attach with @ra.policy("drf_lb")
         ra.stop("drf_lb")        # what `ray-adaptive stop drf_lb` does
     """
+    here = registered(name) is not None
     shutdown(name)
     if not ray.is_initialized():
         raise RuntimeError("ray-adaptive needs a connected Ray cluster to stop a policy: call ray.init(...) first")
-    return service.stop(name, timeout_s)
+    return service.stop(name, timeout_s) or here
