@@ -27,6 +27,7 @@ from typing import Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tu
 
 import ray
 
+from ray_adaptive._private import autoinit
 from ray_adaptive.control import Controller, EstimateTable, Measurement, Settings, Verdict
 from ray_adaptive.plan import Plan
 from ray_adaptive.workload.specs import TaskSpec
@@ -123,6 +124,7 @@ class ControlLoop:
         self._drifting = 0  # evaluations in a row whose measured duration drifted from the table's
         self._refreshed_at = time.monotonic()
         self.failed: Optional[BaseException] = None
+        autoinit.hold()  # (released when the thread ends: no call of it may start Ray)
         self._thread = threading.Thread(target=self._run, name=f"ra-adapt-{rt.name}", daemon=True)
         self._thread.start()
 
@@ -145,8 +147,10 @@ class ControlLoop:
                 self._step()
         except BaseException as err:  # (logged; the runtime goes on with the plan in force)
             self.failed = err
-            if not self._stop.is_set():
+            if not self._stop.is_set() and ray.is_initialized():  # (Ray shut down under it: it stops quietly)
                 log.exception("ray-adaptive: the adaptive controller of policy %r stopped", self.rt.name)
+        finally:
+            autoinit.release()
 
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds``; False as soon as the loop is stopped or Ray was shut down (looked at every

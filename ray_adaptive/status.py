@@ -176,6 +176,7 @@ def jobs_of(d: dict) -> List[dict]:
     """The jobs attached to a runtime (from its store's :meth:`describe`): each with its processes, tasks
     pending and running, its tenants (the values bound to it, or the groups its processes reported) and
     when it attached. The owner's own process (it submits nothing) is left out."""
+    from ray_adaptive._private.jobs import job_table
     from ray_adaptive.runtime.tenancy import bound_values
 
     by_job: Dict[str, dict] = {}
@@ -196,10 +197,11 @@ def jobs_of(d: dict) -> List[dict]:
             if c.get("arrivals"):
                 job["tenants"].add(g)
     bind = d.get("bind") or {}
+    table = job_table() if bind and by_job else None  # (one read of the GCS job table for every job)
     out = []
     for job in sorted(by_job.values(), key=lambda j: j["attached"]):
         if bind:
-            bound = bound_values(bind, job["job"])
+            bound = bound_values(bind, job["job"], table)
             job["tenants"] = {v["value"] for v in bound.values() if "value" in v}
         job["tenants"] = sorted(job["tenants"])
         out.append(job)

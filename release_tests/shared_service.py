@@ -67,7 +67,7 @@ def main() -> int:
 
     from ray_adaptive.local_multinode import local_cluster
 
-    n_b, n_d = (150, 40) if args.smoke_test else (600, 200)
+    n_b, n_d = (400, 40) if args.smoke_test else (800, 200)  # (b outlasts the fairness window: ~40 tasks/s)
     figures: dict = {"cluster": "4 nodes x 2 CPUs (local), Ray's dashboard on", "tasks": {"b": n_b, "d": n_d}}
     markers = Path(tempfile.mkdtemp(prefix="ra-markers-"))
     with local_cluster(num_nodes=4, num_cpus=2, dashboard=True) as lc:
@@ -132,6 +132,7 @@ def main() -> int:
         t0 = time.time()
         time.sleep(4.0)
         counts = [started(j, t0, time.time()) for j in (ja, jb)]
+        assert client.get_job_status(b) == JobStatus.RUNNING, "job b ended within the window: the figure is void"
         jain = sum(counts) ** 2 / (2 * sum(c * c for c in counts))
         figures["window_tasks"], figures["jain"] = counts, round(jain, 4)
         claim = next(x for x in lines(a) if "claim" in x)

@@ -110,3 +110,19 @@ def test_the_job_table_reads_on_this_ray(ray_cluster):
     table = job_table()
     assert me in table and not table[me].dead and table[me].start_ms > 0
     assert all(isinstance(r.metadata, dict) for r in table.values())
+
+
+def test_auto_connect_is_held_off_while_a_runtime_part_lives_and_restored_after():
+    """Ray's auto-connect switch exists on this Ray, and holds nest: the last release restores it as it was."""
+    from ray._private import auto_init_hook
+
+    from ray_adaptive._private import autoinit
+
+    before = auto_init_hook.enable_auto_connect
+    autoinit.hold()
+    autoinit.hold()
+    assert auto_init_hook.enable_auto_connect is False
+    autoinit.release()
+    assert auto_init_hook.enable_auto_connect is False
+    autoinit.release()
+    assert auto_init_hook.enable_auto_connect == before

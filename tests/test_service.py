@@ -97,6 +97,15 @@ def _left_on_cluster(policy: str) -> tuple:
     return actors, {n: k for n, k in slots.items() if k}
 
 
+def _stacks() -> str:
+    import sys
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"{names.get(i)}:\n" + "".join(traceback.format_stack(f)[-6:])
+                     for i, f in sys._current_frames().items() if str(names.get(i, "")).startswith("ra-"))
+
+
 def _jain(xs) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
@@ -174,8 +183,9 @@ def test_a_served_policy_is_shared_fairly_by_jobs_and_outlives_a_killed_one(ray_
         teams = {j["job"]: j["tenants"] for j in status["jobs"]}
         assert teams.get(a.id) == ["a"] and teams.get(b.id) == ["b"], status["jobs"]
         assert status["service"] and status["bind"] == {"tenant": "metadata:team"}
-        b_client = next(j["clients"][0] for j in status["jobs"] if j["job"] == b.id)
-        why = _cli("why", "drf_lb", f"{b_client}-000000000", "--address", address, "--json")  # asked of job b's process
+        # asked of job a's process (a runs until killed below; b may have finished its 400 by now)
+        a_client = next(j["clients"][0] for j in status["jobs"] if j["job"] == a.id)
+        why = _cli("why", "drf_lb", f"{a_client}-000000000", "--address", address, "--json")
         assert why.returncode == 0 and json.loads(why.stdout)["state"] != "unknown", why.stdout + why.stderr
 
         a.kill(signal.SIGKILL)  # no ra.shutdown, no atexit: its tasks die with it, Ray says the job is dead
@@ -283,41 +293,62 @@ def test_an_adaptive_service_switches_live_under_two_jobs_and_each_task_runs_onc
     assert _left_on_cluster("drf_lb") == ([], {})
 
 
-def test_ray_shut_down_under_a_runtime_stops_its_threads_and_never_starts_ray_again(ray_cluster):
-    """``ray.shutdown()`` without ``ra.shutdown()``: every library thread stops within a second, without a
-    traceback, and nothing starts Ray again; a later ``ra.shutdown()`` returns at once."""
-    address = ray_cluster.cluster.address
+SHUTDOWN_DRIVER = r"""
+import sys, threading, time
+import ray
+import ray_adaptive as ra
 
-    @ra.policy("least_loaded")
-    @ray.remote(num_cpus=1)
-    def noop(i):
-        return i
+@ra.policy("least_loaded")
+@ray.remote(num_cpus=1)
+def noop(i):
+    return i
 
-    def ours():
-        return [t.name for t in threading.enumerate() if t.name.startswith("ra-") and t.is_alive()]
+def ours():
+    return [t.name for t in threading.enumerate() if t.name.startswith("ra-") and t.is_alive()]
 
-    rt = ra.start("least_loaded", plan="adaptive", initial="centralized")  # (the controller's default period: 2 s)
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+rt = ra.start("least_loaded", plan="adaptive", initial="centralized")  # (the controller's default period: 2 s)
+assert ray.get([noop.remote(i) for i in range(20)]) == list(range(20)) and ours()
+time.sleep(1.0)  # (idle)
+ray.shutdown()
+t = time.monotonic()
+while ours() and time.monotonic() - t < 1.0:
+    time.sleep(0.02)
+print("threads left after 1 s:", ours(), flush=True)
+time.sleep(0.5)
+print("initialized:", ray.is_initialized(), flush=True)
+try:
+    noop.remote(1)
+except RuntimeError as err:
+    print("remote refused:", type(err).__name__, flush=True)
+print("initialized:", ray.is_initialized(), flush=True)
+t = time.monotonic()
+ra.shutdown()
+print("ra.shutdown s:", round(time.monotonic() - t, 2), "initialized:", ray.is_initialized(), flush=True)
+for call in (lambda: rt.switch("centralized"), rt.export, lambda: rt.why_pending("x-1"), rt.cluster_loads):
     try:
-        assert ray.get([noop.remote(i) for i in range(20)]) == list(range(20))
-        assert ours()
-        ray.shutdown()
-        wait_for(lambda: not ours(), timeout=1.0, message=lambda: f"the library's threads to stop: {ours()}")
-        time.sleep(0.5)
-        assert not ray.is_initialized()
-        with pytest.raises(RuntimeError, match="Ray"):
-            noop.remote(1)
-        assert not ray.is_initialized()
-        started = time.monotonic()
-        ra.shutdown()
-        assert time.monotonic() - started < 2.0 and not ray.is_initialized()
-        assert rt.router.closed
-        for call in (lambda: rt.switch("centralized"), rt.export, lambda: rt.why_pending("x-1"), rt.cluster_loads):
-            with pytest.raises(RuntimeError, match="Ray was shut down under it"):
-                call()
-        assert not ray.is_initialized()
-    finally:
-        if not ray.is_initialized():
-            ray.init(address=address, namespace=None, logging_level="ERROR", log_to_driver=False)
-        ra.shutdown()
-        ra.stop("least_loaded")  # (the slots its driver could not remove without Ray)
+        call()
+    except RuntimeError as err:
+        print("refused:", "Ray was shut down under it" in str(err), flush=True)
+"""
+
+
+def test_ray_shut_down_under_a_runtime_stops_its_threads_and_never_starts_ray_again(ray_cluster):
+    """``ray.shutdown()`` without ``ra.shutdown()``, in a driver of its own: every library thread stops within a
+    second, quietly, and nothing starts Ray again; a later ``ra.shutdown()`` returns at once; the runtime's
+    calls raise. (Its own process: a thread of the library inside a Ray call as ``ray.shutdown()`` completes
+    can make Ray's core worker end the process -- see docs/operations.md; that would fail this test, not
+    the whole run.)"""
+    address = ray_cluster.cluster.address
+    run = subprocess.run([sys.executable, "-c", SHUTDOWN_DRIVER, address], capture_output=True, text=True,
+                         timeout=180, cwd=ROOT)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert lines[0] == "threads left after 1 s: []", run.stdout + run.stderr[-3000:]
+    assert lines[1:4] == ["initialized: False", "remote refused: RuntimeError", "initialized: False"], run.stdout
+    seconds, initialized = lines[4].split()[2], lines[4].split()[-1]
+    assert float(seconds) < 2.0 and initialized == "False", lines[4]
+    assert lines[5:] == ["refused: True"] * 4, run.stdout
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    ra.stop("least_loaded")  # (the slots its driver could not remove without Ray)
     assert _left_on_cluster("least_loaded") == ([], {})

@@ -32,7 +32,12 @@ def job_table() -> Dict[str, JobRecord]:
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
 
-    accessor = state._connect_and_get_accessor()
+    connect = getattr(state, "_connect_and_get_accessor", None)
+    if connect is not None:  # Ray 2.60
+        accessor = connect()
+    else:  # older releases (2.50): the accessor made on first use, kept on the object
+        state._check_connected()
+        accessor = state.global_state_accessor
     out: Dict[str, JobRecord] = {}
     for raw in accessor.get_job_table(skip_submission_job_info_field=True, skip_is_running_tasks_field=True):
         entry = gcs_pb2.JobTableData.FromString(raw)

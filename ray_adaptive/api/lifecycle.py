@@ -9,6 +9,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import ray
 
+from ray_adaptive._private import shutdown_hook
 from ray_adaptive.api import service
 from ray_adaptive.api.owner import Adaptive, Options, attached, own
 from ray_adaptive.api.runtime import PolicyRuntime
@@ -28,6 +29,20 @@ _runtimes: Dict[str, PolicyRuntime] = {}
 _ADAPTIVE_OPTIONS = ("fractions", "initial", "trace", "table")
 _DEFAULTS = Options()
 log = logging.getLogger("ray_adaptive")
+
+
+def _before_ray_shutdown() -> None:
+    """What ``ray.shutdown()`` runs first (see :mod:`ray_adaptive._private.shutdown_hook`): every runtime of this
+    process stops -- its undecided tasks cancelled, its threads joined, running tasks not waited for (they go
+    with Ray) -- while Ray still answers."""
+    with _lock:
+        targets = list(_runtimes.values())
+        _runtimes.clear()
+    for rt in targets:
+        try:
+            rt.shutdown(timeout=0.0)
+        except Exception:  # (Ray is going anyway: what is left goes with it)
+            log.debug("ray-adaptive: stopping policy %r before ray.shutdown failed", rt.name, exc_info=True)
 
 
 def registered(name: str) -> Optional[PolicyRuntime]:
@@ -120,6 +135,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
                       parse_bind([f"{k}={v}" for k, v in bind.items()], p.task_fields, p.name) if bind else None)
     if not ray.is_initialized():
         raise RuntimeError("ray-adaptive needs a connected Ray cluster: call ray.init(...) before ra.start(...)")
+    shutdown_hook.install(_before_ray_shutdown)
     with _lock:
         if registered(p.name) is not None:
             raise ValueError(f"policy {p.name!r} is already running; call ra.shutdown({p.name!r}) first")
@@ -236,6 +252,7 @@ def _join(name: str) -> Optional[PolicyRuntime]:
     """Holds _lock."""
     if not ray.is_initialized():
         return None
+    shutdown_hook.install(_before_ray_shutdown)
     client = new_client_id()
     topology = join(name, client)
     if topology is None:

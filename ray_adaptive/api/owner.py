@@ -20,6 +20,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor
 from ray_adaptive.plan.holding import resolve_hold
 from ray_adaptive.plan.room import slots_of
+from ray_adaptive.runtime import background
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.messages import new_client_id
@@ -126,7 +127,7 @@ def _control_loop(rt: PolicyRuntime, adapt: Adaptive, profile: Any) -> ControlLo
 
     def table_for(trace: Optional[Sequence[TaskSpec]]) -> EstimateTable:
         trace = adapt.trace if trace is None else trace  # (None: the first table; later, the recorded workload)
-        return ray.get(compute.remote(rt.policy, nodes=len(n), executors=n[0].executors, queue=n[0].queue,
+        return background.get(compute.remote(rt.policy, nodes=len(n), executors=n[0].executors, queue=n[0].queue,
                                       trace=trace, profile=profile, workers=1, **extra))
 
     return ControlLoop(rt, adapt.settings, table_for, adapt.table)

@@ -14,6 +14,7 @@ from ray_adaptive.control_loop import ControlLoop
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor, percentiles
 from ray_adaptive.plan import Plan
+from ray_adaptive.runtime import background
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.router import Router
@@ -261,7 +262,7 @@ class PolicyRuntime:
     # -- what the control loop reads (see ray_adaptive.control_loop.ControlledRuntime) -------------
     def cluster_loads(self) -> Dict[str, dict]:
         self._live()
-        return ray.get(self.topology.store.loads.remote(), timeout=30)
+        return background.get(self.topology.store.loads.remote(), timeout=30)  # (the control loop's thread)
 
     def recorded_tasks(self, since: float) -> List[TaskSpec]:
         return [t for t in self.monitor.records() if t.arrival >= since]

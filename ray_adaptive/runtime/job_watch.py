@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List
 
 import ray
 
-from ray_adaptive._private import jobs
+from ray_adaptive._private import autoinit, jobs
+from ray_adaptive.runtime import background
 from ray_adaptive.runtime.messages import Actor
 
 __all__ = ["JobWatch", "dead_clients"]
@@ -52,6 +53,7 @@ class JobWatch:
         self._store, self._own, self._evict = store, own_client, evict
         self._owed: Dict[str, List[str]] = {}  # job -> its processes, whose eviction is still to (re)do
         self._stop = threading.Event()
+        autoinit.hold()  # (released when the thread ends)
         self._thread = threading.Thread(target=self._run, name=f"ra-jobs-{name}", daemon=True)
         self._thread.start()
 
@@ -61,18 +63,21 @@ class JobWatch:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.PERIOD_S) and ray.is_initialized():  # (a call after ray.shutdown would start Ray)
-            try:
-                self.check()
-            except Exception:  # the store restarts, or the runtime is shutting down: look again
-                if ray.is_initialized() and not self._stop.is_set():
-                    log.warning("ray-adaptive: taking the jobs that ended out of the runtime failed; trying again",
-                                exc_info=True)
+        try:
+            while not self._stop.wait(self.PERIOD_S) and ray.is_initialized():
+                try:
+                    self.check()
+                except Exception:  # the store restarts, or the runtime is shutting down: look again
+                    if ray.is_initialized() and not self._stop.is_set():
+                        log.warning("ray-adaptive: taking the jobs that ended out of the runtime failed; trying again",
+                                    exc_info=True)
+        finally:
+            autoinit.release()
 
     def check(self) -> Dict[str, List[str]]:
         """Evict the processes of every job that ended; return them (by job). A job whose eviction fails
         is evicted again at the next check (its processes are unregistered by then: it is remembered)."""
-        clients = ray.get(self._store.clients.remote(), timeout=30)
+        clients = background.get(self._store.clients.remote(), timeout=30)
         others = {c: j for c, j in clients.items() if c != self._own}
         dead = dead_clients(others, jobs.job_table(), self._own) if others else {}  # (the table holds every job ever)
         for job, gone in dead.items():

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import ray
 
+from ray_adaptive._private import autoinit
 from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor
@@ -79,6 +80,7 @@ class Router:
         self._closed = False
         self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
         self._ray_gone = False  # ray.shutdown() came without ra.shutdown(): see ray_gone
+        self._abandon = False  # closed with timeout 0: the dispatcher stops without waiting for running tasks
         self.harvester = Harvester(self._cond, self.stats, window, wake_after)
         self.deadlines = DeadlineClock()
         self.membership = NodeMembership(alive_nodes, on_dead)
@@ -86,6 +88,8 @@ class Router:
         self.book = TaskBook(policy.name, self.client, self._cond, topology.decider(self.client), topology.generation,
                              self.harvester, self.gate, self.deadlines, self.stats, monitor)
         self.decider.on_decided = self.book.launch
+        autoinit.hold()  # (released once closed: see _released)
+        self._released = False
         self._dispatcher = Dispatcher(self, self.harvester, monitor, f"ra-router-{policy.name}",
                                       metrics_every_s=metrics_every_s)
         self._dispatcher.start()
@@ -237,7 +241,7 @@ class Router:
 
     def drained(self) -> bool:
         with self._cond:
-            return self._closed and not self.book.running()
+            return self._closed and (self._abandon or not self.book.running())
 
     def fail(self, err: BaseException) -> None:
         """The dispatcher thread failed: every task not launched yet fails with the cause, and so does
@@ -275,6 +279,14 @@ class Router:
             left = self.book.settle(lambda t: not t.launched, error)
         self.book.tell(left)
         self.decider.close(switching=True)  # (its thread stops; nothing of ours is left to tell its actors)
+        self._release()
+
+    def _release(self) -> None:
+        """This router's threads have stopped: Ray may auto-connect again, as far as it is concerned."""
+        with self._cond:
+            released, self._released = self._released, True
+        if not released:
+            autoinit.release()
 
     # ---------------------------------------------------------- live switches
     def freeze(self) -> dict:
@@ -397,15 +409,22 @@ class Router:
         for t in left:
             if t.future is not None:
                 t.future.cancel()
-        self._dispatcher.join(timeout=timeout)
+        if timeout <= 0:  # (Ray is about to go: running tasks are not waited for, the thread is)
+            self._abandon = True
+        self._dispatcher.join(timeout=max(timeout, 2.0) if self._abandon else timeout)
         with self._cond:
             self.book.free_unlaunched()
-        if not ray.is_initialized():  # (Ray went first: a call now would start it again)
+        if not ray.is_initialized() or self._abandon:
+            # (Ray went first: a call now would start it again. Or Ray is about to go: this process's running
+            # tasks go with it, and it does not leave the runtime as if they had finished -- their share of
+            # State stays until the owner sees the job end and takes it out, exactly)
             self.decider.close(switching=True)
+            self._release()
             return len(left)
         self.decider.close()
         try:
             self.topology.store.leave.remote(self.client)
         except Exception:
             pass  # the store is gone (its runtime shut down)
+        self._release()
         return len(left)

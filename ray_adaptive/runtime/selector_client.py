@@ -35,6 +35,7 @@ import ray
 from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.runtime.decider import Decided
 from ray_adaptive.runtime.lease import HeldLease
+from ray_adaptive.runtime import background
 from ray_adaptive.runtime.messages import Decisions, Handback, Handover, Lease, Recall, Reply, SyncAnswer
 from ray_adaptive.runtime.store import ping
 
@@ -152,7 +153,7 @@ class SelectorClient:
                     self._held_finishes = []  # finishes must not overtake the handback
             try:
                 try:
-                    reply = ray.get(self._selector.exchange.remote(self.client, out, rebuild))
+                    reply = background.get(self._selector.exchange.remote(self.client, out, rebuild))
                 finally:
                     if rebuild is not None:
                         self._release_held_finishes()

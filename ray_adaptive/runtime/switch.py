@@ -56,8 +56,10 @@ from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 import ray
 
+from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan import LoweredPlan
+from ray_adaptive.runtime import background
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
 from ray_adaptive.runtime.topology import Topology, build_generation
@@ -131,7 +133,7 @@ class PlanWatcher:
         while not self._stop.is_set() and ray.is_initialized():  # (never let a call start Ray again)
             try:
                 generation, phase, incarnation, requests, news = self._watch(known)
-            except _Stopped:
+            except (_Stopped, RayGoneError):
                 return
             except ray.exceptions.ActorDiedError:  # (a store that crashed restarts: gone for good, it was stopped)
                 if not self._stop.is_set():
@@ -159,7 +161,7 @@ class PlanWatcher:
         heard at once (a ``ray.get`` cannot be interrupted)."""
         ref = self._store.watch.remote(*known, self.POLL_S, self._router.client)
         deadline = time.monotonic() + self.POLL_S + 30
-        while not ray.wait([ref], timeout=self.STOP_CHECK_S)[0]:
+        while not background.get_ready(ref, self.STOP_CHECK_S):
             if self._stop.is_set() or not ray.is_initialized():
                 raise _Stopped
             if time.monotonic() > deadline:

@@ -18,7 +18,7 @@ mistakes, not code that bypasses the library to call the policy's actors.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ray_adaptive._private import jobs
 from ray_adaptive.dsl.ir import FieldDecl
@@ -56,12 +56,13 @@ def parse_bind(specs: Sequence[str], task_fields: Sequence[FieldDecl], policy: s
     return out
 
 
-def bound_values(bind: Mapping[str, str], job: str) -> Dict[str, Any]:
+def bound_values(bind: Mapping[str, str], job: str,
+                 table: Optional[Mapping[str, jobs.JobRecord]] = None) -> Dict[str, Any]:
     """Field -> ``{"value": v}`` for ``job``, or ``{"error": why}`` when the job lacks what the field is bound
-    to (its tasks are refused, with that reason)."""
+    to (its tasks are refused, with that reason). ``table``: the GCS job table, if read already."""
     if not bind:
         return {}
-    record = jobs.job_table().get(job)
+    record = (table if table is not None else jobs.job_table()).get(job)
     out: Dict[str, Any] = {}
     for field, source in bind.items():
         if source == _JOB:
