@@ -78,6 +78,7 @@ class Router:
         self.monitor = monitor
         self._cond = threading.Condition()
         self._closed = False
+        self._stopped_elsewhere = False  # ray-adaptive stop ended the runtime under this process: see stopped_elsewhere
         self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
         self._ray_gone = False  # ray.shutdown() came without ra.shutdown(): see ray_gone
         self._abandon = False  # closed with timeout 0: the dispatcher stops without waiting for running tasks
@@ -151,6 +152,9 @@ class Router:
             if self._ray_gone:
                 raise RayGoneError(f"Ray was shut down under the runtime of policy {self.policy.name!r}; "
                                    f"after ray.init(), start or attach to it again")
+            if self._stopped_elsewhere:
+                raise RuntimeError(f"policy {self.policy.name!r} was stopped on the cluster (ray-adaptive stop); "
+                                   f"start it or attach to it again")
             if self._closed:
                 raise RuntimeError(f"the runtime of policy {self.policy.name!r} is shut down")
             if self._failed is not None:
@@ -265,7 +269,9 @@ class Router:
     def stopped_elsewhere(self) -> None:
         """The runtime was stopped on the cluster (``ray-adaptive stop``: its store is gone for good) while
         this process was attached: tasks not launched fail, saying so; those launched run on (their
-        results are this process's); a later submission finds the policy not running."""
+        results are this process's); a later submission is refused, saying so."""
+        with self._cond:
+            self._stopped_elsewhere = True
         self._end(lambda t: RuntimeError(
             f"policy {self.policy.name!r} was stopped on the cluster (ray-adaptive stop) before task "
             f"{t.state.id} was placed"))
