@@ -34,6 +34,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ray_adaptive.compiler.choice import Choice, choose, undecided
+from ray_adaptive.compiler.cluster import ClusterShape, cluster_shape
 from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
 from ray_adaptive.compiler.enumeration import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
@@ -110,8 +111,7 @@ class Compilation:
             "limit": self.limit,
             "rate": round(self.rate, 3),
             "window": {**(self.size.as_dict() if self.size else {}), "replayed_tasks": len(self.window.tasks)},
-            "cluster": {"nodes": n, "executors": self.window.nodes[0].executors, "queue": self.window.nodes[0].queue,
-                        "capacity": round(self.capacity, 1)},
+            "cluster": {**_cluster_of(self.window.nodes), "capacity": round(self.capacity, 1)},
             "units": [u.as_dict() for u in a.units],
             "state": [v.as_dict() for v in a.state],
             "separability": a.separability.as_dict(),
@@ -123,9 +123,12 @@ class Compilation:
     def format(self) -> str:
         """A human-readable report: the units, the plan table, the choice."""
         a, n = self.analysis, self.nodes
-        node0 = self.window.nodes[0]
+        c = _cluster_of(self.window.nodes)
         lim = f"limit {self.limit:g}" if self.limit is not None else "no limit"
-        out = [f"policy {a.policy.name} ({lim}) on {n} nodes x {node0.executors} executor(s), queue {node0.queue}: "
+        each = (f"{n} nodes x {c['executors']} executor(s), queue {c['queue']}" if isinstance(c["executors"], int)
+                else f"{n} nodes with {sum(c['executors'])} executors ({'+'.join(map(str, c['executors']))}), "
+                     f"queue {c['queue']}")
+        out = [f"policy {a.policy.name} ({lim}) on {each}: "
                f"execution bound {self.capacity:.0f} tasks/s; rate {self.rate:.0f} tasks/s; "
                f"replayed {len(self.window.tasks)} tasks" + (" per plan at most, until its competitive ratio was settled "
                                                              "above the limit" if self.settled else "")]
@@ -170,6 +173,14 @@ class Compilation:
         return "\n".join(out)
 
 
+def _cluster_of(nodes: Sequence[NodeSpec]) -> dict:
+    """The replayed cluster for a plan file: node count, executors and queue (a list, node by node, where
+    the nodes differ)."""
+    ex, qs = [x.executors for x in nodes], [x.queue for x in nodes]
+    return {"nodes": len(nodes), "executors": ex[0] if len(set(ex)) == 1 else ex,
+            "queue": qs[0] if len(set(qs)) == 1 else qs}
+
+
 def _json_number(x: float):
     """A float for JSON: rounded; NaN and infinities (not JSON) as None."""
     return round(x, 4) if math.isfinite(x) else None
@@ -182,21 +193,28 @@ MAX_SPAN_S = 10_000.0
 MAX_SLOTS = 100_000
 
 
-def _nodes(policy: Policy, n: int, executors: int, queue: int, seed: int,
-           resources: Optional[dict] = None) -> tuple[NodeSpec, ...]:
-    nodes = policy_workload(policy, paper_tenants(10.0), 0.01, nodes=n, executors=executors, queue=queue,
-                            seed=seed).nodes
-    return tuple(dataclasses.replace(x, resources=dict(resources)) for x in nodes) if resources else nodes
+def _nodes(policy: Policy, shape: ClusterShape, seed: int) -> tuple[NodeSpec, ...]:
+    """The replayed cluster's nodes: ``shape``'s executors, queue and resources per node, with the policy's
+    Node fields synthesised (the same for a uniform cluster as before nodes had sizes of their own)."""
+    return _shaped(policy_workload(policy, paper_tenants(10.0), 0.01, nodes=shape.nodes, executors=1, queue=0,
+                                   seed=seed).nodes, shape)
 
 
-def _check_cluster(nodes: int, executors: int, queue: int, window: int) -> None:
+def _shaped(nodes: Sequence[NodeSpec], shape: ClusterShape) -> tuple[NodeSpec, ...]:
+    """``nodes`` with ``shape``'s executors, queue and resources, node by node."""
+    return tuple(dataclasses.replace(x, executors=e, queue=q, resources=dict(r) if r else {})
+                 for x, e, q, r in zip(nodes, shape.executors, shape.queues, shape.resources))
+
+
+def _check_cluster(shape: ClusterShape, window: int) -> None:
     if window < 10:
         raise ValueError(f"window must be at least 10 tasks, found {window}")
-    if nodes < 1 or executors < 1 or queue < 0:
-        raise ValueError(f"need nodes >= 1, executors >= 1, queue >= 0; found {nodes}, {executors}, {queue}")
-    if nodes * (executors + queue) > MAX_SLOTS:
-        raise ValueError(f"{nodes} nodes x ({executors} executors + {queue} queue places) is "
-                         f"{nodes * (executors + queue):,} slots, over the compiler's limit of {MAX_SLOTS:,}")
+    if shape.nodes < 1 or min(shape.executors) < 1 or min(shape.queues) < 0:
+        raise ValueError(f"need nodes >= 1, executors >= 1, queue >= 0; found {shape.nodes}, "
+                         f"{min(shape.executors, default=0)}, {min(shape.queues, default=0)}")
+    if shape.slots > MAX_SLOTS:
+        raise ValueError(f"{shape.nodes} nodes with {shape.total_executors} executors and {sum(shape.queues)} queue "
+                         f"places are {shape.slots:,} slots, over the compiler's limit of {MAX_SLOTS:,}")
 
 
 def _check_span(span: float, tasks: int, how: str) -> None:
@@ -219,7 +237,8 @@ def _check_trace_window(chosen: Sequence[TaskSpec], rate: Optional[float], tasks
 
 def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: Optional[float], nodes: int = 12,
                     executors: int = 1, queue: int = 2, window: int = 600, seed: int = 0,
-                    node_resources: Optional[dict] = None) -> tuple[Scenario, float]:
+                    node_resources: Optional[dict] = None,
+                    cluster: "Optional[Sequence | ClusterShape]" = None) -> tuple[Scenario, float]:
     """The scenario the compiler replays, and the arrival rate it offers.
 
     The last ``window`` tasks of ``tasks`` (arrivals re-based to start at 0
@@ -228,9 +247,13 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
     otherwise offer a noisy load), on ``nodes`` nodes, each with
     ``node_resources`` (what the tasks' ``resources`` are fitted into; a task
     no node could take is an error). Without tasks, the paper's three
-    tenants at ``rate``.
+    tenants at ``rate``. ``cluster``: the nodes one by one instead
+    (:mod:`ray_adaptive.compiler.cluster`: each its executors, queue, resources).
     """
-    _check_cluster(nodes, executors, queue, window)
+    shape = cluster if isinstance(cluster, ClusterShape) else cluster_shape(nodes, executors, queue, cluster,
+                                                                              node_resources)
+    nodes = shape.nodes
+    _check_cluster(shape, window)
     if rate is not None and not 0 < rate < math.inf:
         raise ValueError(f"rate must be a finite number of tasks/s > 0, found {rate}")
     if tasks is None:
@@ -238,15 +261,17 @@ def workload_window(policy: Policy, tasks: Optional[Sequence[TaskSpec]], rate: O
             raise ValueError("give an arrival rate (tasks/s) or a trace to compile against")
         _check_span(window / rate, window, "raise --rate or shrink --window")  # (before making the workload)
         scenario = policy_workload(policy, paper_tenants(rate), seconds=window / rate * 1.05, nodes=nodes,
-                                   executors=executors, queue=queue, seed=seed)
-        if node_resources:
-            scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), scenario.tasks)
+                                   executors=1, queue=0, seed=seed)
+        if shape.uniform and not any(shape.resources):  # (the nodes as they always were: same fields)
+            scenario = Scenario(_shaped(scenario.nodes, shape), scenario.tasks)
+        else:
+            scenario = Scenario(_nodes(policy, shape, seed), scenario.tasks)
         chosen = scenario.tasks[-window:]
     else:
         if not tasks:
             raise ScenarioError("the trace has no tasks")
         chosen = sorted(tasks, key=lambda t: (t.arrival, t.id))[-window:]
-        scenario = Scenario(_nodes(policy, nodes, executors, queue, seed, node_resources), ())
+        scenario = Scenario(_nodes(policy, shape, seed), ())
         _check_trace_window(chosen, rate, tasks)
     t0 = chosen[0].arrival
     span = chosen[-1].arrival - t0
@@ -323,6 +348,7 @@ def compile_policy(
     workers: Optional[int] = None,
     settle: bool = True,
     replay: str = "deciding",
+    cluster: Optional[Sequence] = None,
 ) -> Compilation:
     """Compile ``policy`` for a workload: every plan, its estimates and verdict, and the choice.
 
@@ -341,43 +367,47 @@ def compile_policy(
     :class:`~ray_adaptive.sim.metrics.Settle`). ``replay``: ``"deciding"``
     replays only the plans whose ratio can change the choice (the others are
     listed as not replayed, see :func:`~ray_adaptive.compiler.choice.undecided`);
-    ``"all"`` every plan (their ratios for a report or a figure).
+    ``"all"`` every plan (their ratios for a report or a figure). ``cluster``: the nodes one by one, each
+    with its own executors (and queue, resources), instead of ``nodes`` x ``executors``; nodes with 0
+    executors are left out (see :mod:`ray_adaptive.compiler.cluster`).
     """
     if replay not in ("deciding", "all"):
         raise ValueError(f"replay must be 'deciding' or 'all', found {replay!r}")
+    shape = cluster_shape(nodes, executors, queue, cluster, node_resources)
     with gc_paused():  # (a 1,000-node window is a few hundred thousand objects: collect once, at the end)
-        return _compile(policy, rate, trace, nodes, executors, queue, node_resources, profile, measure, space, window,
+        return _compile(policy, rate, trace, shape, profile, measure, space, window,
                         max_window, headroom, limit, seed, workers, settle, replay)
 
 
-def _compile(policy, rate, trace, nodes, executors, queue, node_resources, profile, measure, space, window, max_window,
+def _compile(policy, rate, trace, shape: ClusterShape, profile, measure, space, window, max_window,
              headroom, limit, seed, workers, settle, replay) -> Compilation:
     if window < 10:
         raise ValueError(f"window must be at least 10 tasks, found {window}")
     if workers is None:
         workers = default_workers()
+    nodes = shape.nodes
     analysis = analyze(policy)
     plans, excluded = enumerate_plans(analysis, nodes, space)
     if trace is None:  # the paper's tenants: their clients, durations and timeout
-        _check_cluster(nodes, executors, queue, window)
+        _check_cluster(shape, window)
         if rate is not None and 0 < rate < math.inf:  # (the window asked for, before the preview's 10 tasks)
             _check_span(window / rate, window, "raise --rate or shrink --window")
-        preview, _ = workload_window(policy, None, rate, nodes, executors, queue, 10, seed, node_resources)
+        preview, _ = workload_window(policy, None, rate, window=10, seed=seed, cluster=shape)
         source: Sequence[TaskSpec] = preview.tasks
         offered = rate
     else:
         if not trace:
             raise ScenarioError("the trace has no tasks")
         source = trace
-        _, offered = workload_window(policy, trace, rate, nodes, executors, queue, max(10, min(window, len(trace))), seed,
-                                       node_resources)
+        _, offered = workload_window(policy, trace, rate, window=max(10, min(window, len(trace))), seed=seed,
+                                     cluster=shape)
     # the execution bound from every task of the trace: a window's mean duration is noisy for heavy tails
     durations = np.array([t.duration for t in source])
-    capacity = nodes * executors / float(durations.mean())
+    capacity = shape.total_executors / float(durations.mean())
     size = window_size(offered, capacity, [plan_periods(p) for p in plans], _clients(source), _timeout(source),
                        min_tasks=window, max_tasks=max(window, max_window),
                        dispersion=arrival_dispersion([t.arrival for t in source[-max(window, 2000):]]))
-    scenario, offered = workload_window(policy, trace, rate, nodes, executors, queue, size.tasks, seed, node_resources)
+    scenario, offered = workload_window(policy, trace, rate, window=size.tasks, seed=seed, cluster=shape)
     profile = profile or Profile()
     if measure:
         profile = measured_profile(analysis, scenario, profile)

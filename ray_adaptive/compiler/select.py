@@ -22,15 +22,18 @@ Example:
     >>> plan, why = select_plan(load_policy("drf_lb"), "decentralized", nodes=4, executors=1, queue=2)
     >>> plan.name, why
     ('decentralized+sync 100ms', 'the decentralized plan with the fewest approximations')
+    >>> select_plan(load_policy("drf_lb"), "decentralized", cluster=[0, 4, 4, 2])[0].k(3)  # (the 0-CPU head left out)
+    3
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.compiler.analysis import Analysis, analyze
+from ray_adaptive.compiler.cluster import cluster_shape
 from ray_adaptive.compiler.enumeration import enumerate_plans
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.files import read_text
@@ -47,10 +50,17 @@ def _from_file(policy: Policy, d: Mapping) -> Plan:
     return Plan.from_dict(d)
 
 
-def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
-                rate: Optional[float] = None, profile=None, analysis: Optional[Analysis] = None) -> Tuple[Plan, str]:
+def select_plan(policy: Policy, plan, *, nodes: int = 0, executors: int = 1, queue: int = 2,
+                rate: Optional[float] = None, profile=None, analysis: Optional[Analysis] = None,
+                cluster: Optional[Sequence] = None) -> Tuple[Plan, str]:
     """The plan to run and why (one line); ``profile``: the latency model ``"auto"`` compiles with;
-    ``analysis``: the policy's, if the caller has it already."""
+    ``analysis``: the policy's, if the caller has it already. The cluster: ``nodes`` x ``executors``
+    (each with ``queue``), or ``cluster``, the nodes one by one (see :mod:`ray_adaptive.compiler.cluster`:
+    each its executors, or a node record; nodes with 0 executors run nothing and are left out)."""
+    shape = cluster_shape(nodes, executors, queue, cluster)
+    if shape.nodes < 1:
+        raise ValueError(f"select_plan needs a cluster: nodes >= 1 (found {nodes}) or cluster=[...]")
+    nodes = shape.nodes
     if isinstance(plan, Plan):
         return plan, "given as a plan"
     if isinstance(plan, Mapping):
@@ -68,9 +78,10 @@ def select_plan(policy: Policy, plan, *, nodes: int, executors: int, queue: int,
         if not given:  # where the choice matters most: the cluster's execution bound under the default workload
             from ray_adaptive.workload.generate import PAPER_DURATION
 
-            rate = nodes * executors / PAPER_DURATION
+            rate = shape.total_executors / PAPER_DURATION
         c = compile_policy(policy, rate=rate, nodes=nodes, executors=executors, queue=queue, workers=1,
-                           profile=profile)
+                           profile=profile, cluster=None if cluster is None else [
+                               {"executors": e, "queue": q} for e, q in zip(shape.executors, shape.queues)])
         at = f"{c.rate:.0f} tasks/s" if given else f"{c.rate:.0f} tasks/s (no rate given: the execution bound)"
         return c.choice.estimate.plan, f"compiler's choice at {at}: {c.choice.why}"
     if plan.endswith(".json") or os.path.sep in plan:

@@ -16,7 +16,7 @@ and keeps these books.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ray_adaptive.sim.model import Node, Task
 from ray_adaptive.sim.ratio import RatioSampler
 from ray_adaptive.sim.servers import Server
 from ray_adaptive.workload.scenario import Scenario
+from ray_adaptive.workload.specs import NodeSpec
 
 __all__ = ["Books"]
 
@@ -47,18 +48,24 @@ class Books:
     set when a plan is put in force."""
 
     def __init__(self, policy: Policy, scenario: Scenario, seed: int, warmup: float, deadline: str,
-                 record_cr: bool, cr_from: float, cr_every: int, settle: Optional[M.Settle]):
+                 record_cr: bool, cr_from: float, cr_every: int, settle: Optional[M.Settle],
+                 joining: Sequence[NodeSpec] = ()):
+        """``joining``: nodes that join the run later (:mod:`ray_adaptive.sim.membership`), not members yet."""
         self.deadline = deadline
         self.loop = EventLoop()
-        self.cluster = Cluster(scenario.nodes, self.loop, self._on_leave)
-        self.nodes = self.cluster.nodes
+        self.cluster = Cluster((*scenario.nodes, *joining), self.loop, self._on_leave)
+        self.nodes = self.cluster.nodes  # every node ever in the run (indices into the cluster's arrays)
+        for node in self.nodes[len(scenario.nodes):]:
+            self.cluster.set_member(node, False)
+        #: the nodes of the plan in force: those in the cluster now (in index order)
+        self.members: list[Node] = self.nodes[:len(scenario.nodes)]
         self.total_slots = self.cluster.total_slots
         self.tasks = [Task(spec) for spec in scenario.tasks]
         self.any_resources = any(t.spec.resources for t in self.tasks)
         self.rng = np.random.default_rng(seed)
         self.record_cr, self.cr_from = record_cr, cr_from
         self.settle, self.stopped_at = settle, None
-        self.truth = Interpreter(policy, num_nodes=len(self.nodes))
+        self.truth = Interpreter(policy, num_nodes=len(self.members))
         self.keys: dict = {}  # task -> group key, per set of task attributes read
         self.key = self.key_of(policy)
         self.gp = PendingQueue(self.key)  # every task arrived, not yet dispatched nor dropped
@@ -226,6 +233,19 @@ class Books:
             return 0.0
         self.paid[task] = s
         return s.costs.recv_s
+
+    def set_members(self, join: Sequence[str], leave: Sequence[str]) -> None:
+        """Nodes join the cluster and leave it (drained), by id: the members, the slots, the truth's node count."""
+        by_id = {n.id: n for n in self.nodes}
+        for nid in join:
+            self.cluster.set_member(by_id[nid], True)
+        for nid in leave:
+            self.cluster.set_member(by_id[nid], False)
+        gone = set(leave) - set(join)
+        ids = {n.id for n in self.members} - gone | set(join)
+        self.members = [n for n in self.nodes if n.id in ids]
+        self.total_slots = self.cluster.total_slots
+        self.truth.num_nodes = len(self.members)
 
     def hand_over(self) -> list[Task]:
         """A switch: forget every decision in flight and every waiting scheduler; the undecided tasks."""

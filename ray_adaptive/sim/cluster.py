@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ray_adaptive.plan.nodeset import NodeSet
-from ray_adaptive.plan.room import has_room
+from ray_adaptive.plan.room import has_room, slots_of
 from ray_adaptive.sim.events import FINISH, EventLoop
 from ray_adaptive.sim.model import Node, NodeSpec, Task
 
@@ -34,6 +34,14 @@ class Cluster:
         self.total_slots = int(self.slots.sum())
         self.load = 0
         self._large = len(self.nodes) > SMALL
+
+    def set_member(self, node: Node, member: bool) -> None:
+        """``node`` joins the cluster (its slots back) or is drained (no slot: no scheduler places a task
+        there; what it runs and queues finishes), see :mod:`ray_adaptive.sim.membership`."""
+        node.slots = slots_of(node.executors, node.queue) if member else 0
+        node.has_room = has_room(node.load, node.slots)
+        self.slots[node.index] = node.slots
+        self.total_slots = int(self.slots.sum())
 
     def candidates(self) -> list[Node]:
         """Nodes that can take one more task (resource fit is checked per task)."""

@@ -52,7 +52,7 @@ class RoleHost:
         """``state``: the State every server starts from (a live switch's handover; None: the initial one)."""
         self.books, self.loop, self.spec, self.role, self.costs = books, books.loop, spec, role, costs
         self._seed, self._state = seed, state
-        n = len(books.nodes)
+        n = len(books.members)
         self._key = books.key_of(spec.program)
         # (a FIFO queue has no groups to remember scores by; the pool fits every task: no resource fit)
         self._scoring = books.scoring(spec.program, spec.split, books.any_resources and not spec.pool,
@@ -65,7 +65,7 @@ class RoleHost:
         """Server ``name``: random numbers of its own (the run's seed and ``i``), ``order`` among the
         plan's servers, heartbeat rounds as view ``beat``'s (see Heartbeats.tick)."""
         books = self.books
-        core = Scheduler(self.spec.program, (), hooks=False, num_nodes=len(books.nodes),
+        core = Scheduler(self.spec.program, (), hooks=False, num_nodes=len(books.members),
                          queue=PendingQueue(self._key, fifo=self.spec.fifo), scoring=self._scoring)
         if self._state is not None:  # (the State handed over, for the variables this program declares)
             own = core.interp.state
@@ -184,7 +184,7 @@ class RoleHost:
         books, now = self.books, self.loop.now
         s.attempts += 1
         cost = s.attempt_s
-        pick = s.core.pick(s.candidates(books.nodes, books.cluster.with_room, now), now)
+        pick = s.core.pick(s.candidates(books.members, books.cluster.with_room, now), now)
         if self.homed and not s.pending:
             books.holders.discard(s)
         if pick is None:
@@ -297,7 +297,7 @@ class SelectorHost(RoleHost):
             self.block(s)
             return
         s.attempts += 1
-        pick = s.core.pick(books.nodes[:1], self.loop.now)  # (any node stands for the pool: the task part reads none)
+        pick = s.core.pick(books.members[:1], self.loop.now)  # (any node stands for the pool: the task part reads none)
         if pick is None:
             s.failed += 1
             self.block(s)

@@ -80,7 +80,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -88,9 +88,10 @@ from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.plan import LoadKind, LoweredPlan, Role, role_specs
 from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.bookkeeping import Books
-from ray_adaptive.sim.events import gc_paused
+from ray_adaptive.sim.events import ARRIVAL, gc_paused
 from ray_adaptive.sim.hosts import RoleHost, SchedulersHost, SelectorHost
 from ray_adaptive.sim.live_switch import check_switch, switch
+from ray_adaptive.sim.membership import RESIZE_PAUSE_S, NodeEvent, check_events
 from ray_adaptive.sim.model import DEADLINES
 from ray_adaptive.sim.prefill import prefill as prefill_slots
 from ray_adaptive.sim.replication import HookRunner
@@ -108,7 +109,12 @@ class PlanSim:
     def __init__(self, plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0,
                  record_cr: bool = True, cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False,
                  cr_from: float = 0.0, source: str = "<scenario>", settle: Optional[M.Settle] = None,
-                 validate: bool = True):
+                 validate: bool = True, events: Sequence[NodeEvent] = (),
+                 relower: Optional[Callable[[LoweredPlan, int], LoweredPlan]] = None,
+                 resize_pause_s: float = RESIZE_PAUSE_S):
+        """``events``: nodes joining and leaving during the run (:mod:`ray_adaptive.sim.membership`), each
+        a live switch to the plan in force on the new nodes, pausing ``resize_pause_s``; ``relower(plan,
+        n)``: that plan lowered for n nodes (its costs; None: the plan as it is)."""
         if validate:
             check_fields(plan.policy, scenario, source)
         check_placeable(scenario, source)  # (a task no node can take would keep the periodic events going forever)
@@ -119,8 +125,14 @@ class PlanSim:
         overloaded = periodic_overload(plan)
         if overloaded:
             raise ValueError(f"plan {plan.name!r} cannot run: {overloaded}")
+        joining = check_events(events, scenario.nodes)
+        if isinstance(resize_pause_s, bool) or not (isinstance(resize_pause_s, (int, float)) and 0 <= resize_pause_s < math.inf):
+            raise ValueError(f"resize_pause_s must be a number of seconds >= 0, got {resize_pause_s!r}")
         self.deadline, self.seed = deadline, seed
-        self.books = b = Books(plan.policy, scenario, seed, warmup, deadline, record_cr, cr_from, cr_every, settle)
+        self.relower, self.resize_pause_s = relower, resize_pause_s
+        self.resizes: list[dict] = []  # each node event as it happened: time, joined, left, members, the switch
+        self.books = b = Books(plan.policy, scenario, seed, warmup, deadline, record_cr, cr_from, cr_every, settle,
+                               joining)
         self.loop, self.cluster, self.nodes, self.tasks = b.loop, b.cluster, b.nodes, b.tasks
         self.retired: list[Server] = []  # the schedulers of the plans switched from (their counters)
         self.generation = 0  # plans switched to so far
@@ -131,12 +143,31 @@ class PlanSim:
             b.history.reset()  # the prefilled loads are every view's first
         # the ideal's scoring (the competitive ratio's): the first plan's, whatever plan is in force later
         b.start(b.scoring(plan.policy, plan.split, b.any_resources, b.key))
+        for e in events:
+            self.loop.at(e.time, ARRIVAL, self._node_event, e)
+
+    def _node_event(self, e: NodeEvent) -> None:
+        """Nodes join and leave at ``e.time``: the plan in force, on the new members, with a switch's pause."""
+        b, now = self.books, self.loop.now
+        b.set_members([n.id for n in e.join], e.leave)
+        plan = self.relower(self.plan, len(b.members)) if self.relower is not None else self.plan
+        info = self.switch(plan, now, self.resize_pause_s)
+        self.resizes.append({"time": now, "joined": len(e.join), "left": len(e.leave), "nodes": len(b.members),
+                             "executors": sum(n.executors for n in b.members), "plan": plan.name,
+                             "undecided": info["undecided"], "on_nodes": info["on_nodes"]})
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The cluster now: its nodes and their executors (draining nodes left out)."""
+        members = self.books.members
+        return len(members), sum(n.executors for n in members)
 
     def install(self, plan: LoweredPlan, state: Optional[dict] = None) -> None:
         """Host ``plan``'s roles and put it in force; each scheduler starts from ``state`` (None: the
         initial State). What a plan decides about -- its roles, their programs and views, its hooks'
         replication -- is set here; the books belong to the run."""
-        b, n = self.books, len(self.nodes)
+        b = self.books
+        n = len(b.members)
         self.plan = plan
         hooks = HookRunner(plan, n, b.keys)
         specs = role_specs(plan)
@@ -245,7 +276,9 @@ def periodic_overload(plan: LoweredPlan) -> str:
 def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float = 0.0, record_cr: bool = True,
              cr_every: int = 1, deadline: str = "dispatch", prefill: "bool | float" = False, cr_from: float = 0.0,
              source: str = "<scenario>", settle: Optional[M.Settle] = None, validate: bool = True,
-             until: float = math.inf) -> SimResult:
+             until: float = math.inf, events: Sequence[NodeEvent] = (),
+             relower: Optional[Callable[[LoweredPlan, int], LoweredPlan]] = None,
+             resize_pause_s: float = RESIZE_PAUSE_S) -> SimResult:
     """Run ``plan`` on ``scenario`` and return the result (deterministic for a seed).
 
     ``warmup``: seconds at the start left out of the metrics. ``cr_every``:
@@ -260,9 +293,12 @@ def simulate(plan: LoweredPlan, scenario: Scenario, seed: int = 0, warmup: float
     limit (see :class:`~ray_adaptive.sim.metrics.Settle`; the compiler's replays).
     ``validate``: check the tasks' fields against the policy first (the
     compiler checked its window once, for every plan's replay). ``until``: stop
-    there (simulated seconds) rather than when every task is resolved.
+    there (simulated seconds) rather than when every task is resolved. ``events``: nodes joining and
+    leaving during the run (:mod:`ray_adaptive.sim.membership`: a leaving node is drained), each a live
+    switch to the plan in force on the new nodes (``relower(plan, n)``: it lowered for n nodes), pausing
+    ``resize_pause_s``.
     """
     with gc_paused():
         return PlanSim(plan, scenario, seed=seed, warmup=warmup, record_cr=record_cr, cr_every=cr_every,
                        deadline=deadline, prefill=prefill, cr_from=cr_from, source=source, settle=settle,
-                       validate=validate).run(until)
+                       validate=validate, events=events, relower=relower, resize_pause_s=resize_pause_s).run(until)

@@ -27,7 +27,7 @@ __all__ = ["prefill"]
 
 def prefill(books: Books, hosts: Sequence, level: float = 1.0) -> None:
     """Fill ``level`` of the cluster's slots (see the module doc) under the roles ``hosts`` (selector first)."""
-    nodes = books.nodes
+    nodes = books.members
     if level >= 1:
         slots = [(node, slot) for node in nodes for slot in range(node.slots)]
     else:
