@@ -14,6 +14,14 @@ first on the compiler's default workload for the policy, then again on the
 recorded workload whenever the measured mean task duration drifts more than
 ``REFRESH_DRIFT`` from the one the table was computed for. No evaluation
 waits for a compile, and nothing runs on the submission path.
+
+The measurement includes the cluster's size: the nodes of the plan in force
+that run tasks, and their executors (``cluster()``, read at each
+evaluation: nodes join and leave live). When the size moves, the table for
+the new size is computed the same way (on the workload the table in use was
+computed on; one per size is kept, so a cluster that scales out and back in
+computes each once), the controller keeps the plan in force meanwhile, and
+then it judges the plans at the new size by the same rules.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import ray
 
@@ -71,6 +79,11 @@ def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dic
                        duration_s=duration / finished if finished >= 1 else None)
 
 
+def _size_key(nodes: Sequence[Any]) -> tuple:
+    """A cluster's size as the estimates see it: its nodes' (executors, queue), in order of size."""
+    return tuple(sorted((n.executors, getattr(n, "queue", 0)) for n in nodes))
+
+
 class ControlledRuntime(Protocol):
     """What the control loop drives: the runtime of the process that started the policy
     (:class:`~ray_adaptive.api.PolicyRuntime`)."""
@@ -109,14 +122,20 @@ class ControlLoop:
     """The loop of an adaptive runtime (see the module doc); stopped by the runtime's shutdown."""
 
     def __init__(self, rt: ControlledRuntime, settings: Settings,
-                 table_for: Callable[[Optional[Sequence[TaskSpec]]], EstimateTable],
-                 table: Optional[EstimateTable] = None):
-        """``table_for(trace)``: the compiler's estimate table for this cluster, on ``trace`` (task
-        specs; None: the default workload)."""
+                 table_for: Callable[..., EstimateTable],
+                 table: Optional[EstimateTable] = None,
+                 cluster: Optional[Callable[[], Sequence[Any]]] = None):
+        """``table_for(trace, cluster=None)``: the compiler's estimate table on ``trace`` (task specs;
+        None: the default workload) for ``cluster`` (node records with ``executors`` and ``queue``; None:
+        the cluster now). ``cluster()``: the nodes of the plan in force that run tasks, now (None: the
+        size is not followed, and ``table_for`` is called with the trace alone)."""
         self.rt = rt
         self.settings = settings
         self._table_for = table_for
+        self._cluster = cluster
         self.table = table
+        self._trace: Optional[Sequence[TaskSpec]] = None  # the workload the table in use was computed on
+        self._tables: Dict[tuple, EstimateTable] = {}  # by the cluster's size (see _size_key)
         self.controller: Optional[Controller] = None
         self.evaluations: Deque[Verdict] = deque(maxlen=1000)
         self._snapshots: Deque[Tuple[float, Dict[str, dict]]] = deque()
@@ -140,8 +159,11 @@ class ControlLoop:
 
     def _run(self) -> None:
         try:
+            nodes = self._nodes()
             if self.table is None:
-                self.table = self._table_for(None)
+                self.table = self._compute(None, nodes)
+            elif nodes is not None and self.table.fits(len(nodes), sum(n.executors for n in nodes)):
+                self._tables[_size_key(nodes)] = self.table  # (a table given for this cluster)
             self.controller = Controller(self.table, self.settings, self.rt.plan.name, now=time.monotonic())
             while self._wait(self.settings.every_s):
                 self._step()
@@ -173,11 +195,43 @@ class ControlLoop:
             return None  # not yet a window's worth of reports
         return measure(self._snapshots[0], self._snapshots[-1])
 
+    def _nodes(self) -> Optional[List[Any]]:
+        return list(self._cluster()) if self._cluster is not None else None
+
+    def _compute(self, trace: Optional[Sequence[TaskSpec]], nodes: Optional[List[Any]]) -> EstimateTable:
+        """The table on ``trace`` for ``nodes`` (None: as ``table_for`` sees the cluster), kept by size."""
+        table = self._table_for(trace) if self._cluster is None else self._table_for(trace, cluster=nodes)
+        self._trace = trace
+        if nodes is not None:
+            self._tables[_size_key(nodes)] = table
+        return table
+
+    def _follow_size(self, m: Measurement) -> Measurement:
+        """The measurement with the cluster's size; the table for that size put in use (computed if no
+        table for it is kept: the evaluation waits for it, as the first table's)."""
+        nodes = self._nodes()
+        if nodes is None:
+            return m
+        m = dataclasses.replace(m, nodes=len(nodes), executors=sum(n.executors for n in nodes))
+        assert self.controller is not None and self.table is not None
+        if self.table.fits(m.nodes, m.executors):
+            return m
+        before = self.table.nodes
+        table = self._tables.get(_size_key(nodes))
+        if table is None:
+            table = self._compute(self._trace, nodes)
+        self.table = table
+        self.controller.use(table)
+        log.info("ray-adaptive: policy %r's cluster went from %d to %d nodes (%d executors): estimates for "
+                 "the new size in use", self.rt.name, before, m.nodes, m.executors)
+        return m
+
     def _step(self) -> None:
         m = self._snapshot()
         if m is None:
             return
         assert self.controller is not None and self.table is not None  # (made before the first step)
+        m = self._follow_size(m)
         verdict = self.controller.evaluate(m)
         self.evaluations.append(verdict)
         estimate = verdict.estimates.get(verdict.current)
@@ -209,7 +263,8 @@ class ControlLoop:
         trace = self._recorded()
         if len(trace) < MIN_FINISHED:
             return
-        self.table = self._table_for(trace)
+        self._tables.clear()  # (the tables of other sizes were computed for the old durations)
+        self.table = self._compute(trace, self._nodes())
         self.controller.use(self.table)
         log.info("ray-adaptive: policy %r's estimates recomputed for tasks of %.3f s (were %.3f s)",
                  self.rt.name, m.duration_s, basis)

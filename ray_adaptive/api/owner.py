@@ -23,6 +23,7 @@ from ray_adaptive.plan.room import slots_of
 from ray_adaptive.runtime import background
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
+from ray_adaptive.runtime.node_watch import NodeWatch
 from ray_adaptive.runtime.messages import new_client_id
 from ray_adaptive.runtime.router import Router
 from ray_adaptive.runtime.topology import Topology, build
@@ -74,9 +75,12 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
     if o.adapt is not None and o.adapt.table is not None:
         _check_table(o.adapt.table, p.name, len(nodes))
     analysis = analyze(p)
-    chosen, why = select_plan(p, o.plan if o.adapt is None else o.adapt.initial, nodes=len(nodes),
-                              executors=nodes[0].executors, queue=o.queue, rate=o.rate, profile=o.profile,
-                              analysis=analysis)
+    if not any(n.runs_tasks for n in nodes):
+        raise RuntimeError(f"policy {p.name!r}: no node of the cluster has a CPU to run a task on "
+                           f"({len(nodes)} node(s), each with 0 CPUs); start a worker node with CPUs (ray start "
+                           f"--address ... --num-cpus N), or an autoscaler with min_workers >= 1, first")
+    chosen, why = select_plan(p, o.plan if o.adapt is None else o.adapt.initial, cluster=nodes, queue=o.queue,
+                              rate=o.rate, profile=o.profile, analysis=analysis)
     lowered = lower(chosen, analysis)
     overflow, holding = resolve_hold(o.hold, lowered.split)
     binding = SlotBinding(p.name, {n.id: slots_of(n.executors, n.queue) for n in nodes})
@@ -93,6 +97,8 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
         if o.adapt is not None:
             rt.control_loop = _control_loop(rt, o.adapt, o.profile)
         rt.jobs = JobWatch(topology.store, client, rt.evict, p.name)
+        rt.node_options = (o.executors, o.queue)
+        rt.nodes = NodeWatch(rt.follow_cluster, p.name)
     except BaseException:
         if topology is not None:
             topology.close()
@@ -118,19 +124,25 @@ def _control_loop(rt: PolicyRuntime, adapt: Adaptive, profile: Any) -> ControlLo
     the policy); later ones on the recorded workload, on the first table's grid of rates."""
     from ray_adaptive.compiler import estimate_table  # (see own: the compiler where plans are chosen only)
 
-    n = rt.topology.nodes
     fractions = adapt.fractions
     if adapt.table is not None:
         fractions = tuple(r / adapt.table.capacity for r in adapt.table.rates)
     extra = {"fractions": fractions} if fractions else {}
     compute: Any = ray.remote(num_cpus=0, max_retries=1)(estimate_table)  # type: ignore[arg-type]  # (Ray's stubs)
 
-    def table_for(trace: Optional[Sequence[TaskSpec]]) -> EstimateTable:
-        trace = adapt.trace if trace is None else trace  # (None: the first table; later, the recorded workload)
-        return background.get(compute.remote(rt.policy, nodes=len(n), executors=n[0].executors, queue=n[0].queue,
-                                      trace=trace, profile=profile, workers=1, **extra))
+    def live() -> list:
+        """The nodes of the plan in force that run tasks, now (``rt.topology`` is replaced at each switch,
+        and nodes join and leave by a switch)."""
+        return [n for n in rt.topology.nodes if n.alive and n.executors > 0]
 
-    return ControlLoop(rt, adapt.settings, table_for, adapt.table)
+    def table_for(trace: Optional[Sequence[TaskSpec]], cluster: Optional[Sequence[Any]] = None) -> EstimateTable:
+        trace = adapt.trace if trace is None else trace  # (None: the first table; later, the recorded workload)
+        nodes = live() if cluster is None else cluster
+        shape = [{"executors": n.executors, "queue": n.queue} for n in nodes]  # (each node its own executors)
+        return background.get(compute.remote(rt.policy, cluster=shape, trace=trace, profile=profile, workers=1,
+                                             **extra))
+
+    return ControlLoop(rt, adapt.settings, table_for, adapt.table, cluster=live)
 
 
 def attached(p: Policy, analysis: "Optional[Analysis]", why: str, topology: Topology, client: str,
@@ -142,7 +154,7 @@ def attached(p: Policy, analysis: "Optional[Analysis]", why: str, topology: Topo
     if binding is not None:  # the owner moves a dead node's slot to a live node
         def on_dead(node_id: str) -> None:
             alive = alive_node_ids()
-            hosts = [n for n in binding.slots if n in alive]
+            hosts = [n for n, slot in binding.slots.items() if n in alive and slot.capacity > 0]
             if hosts:
                 binding.rehome(node_id, min(hosts, key=lambda h: router.outstanding().get(h, 0)))
 

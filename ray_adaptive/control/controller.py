@@ -24,6 +24,14 @@ The rules (each setting of :class:`Settings`):
 * **Hysteresis.** The same candidate on ``consecutive`` evaluations in a
   row, and no switch within ``dwell_s`` of the last one: a rate sitting on a
   boundary does not flap.
+* **The cluster's size.** A measurement says how many nodes run tasks and
+  their executors. The table must be one for that size (:meth:`EstimateTable.fits`):
+  when the cluster grows or shrinks, the controller keeps the plan in force
+  until it is given the table for the new size (:meth:`Controller.use`),
+  then applies the same rules to it -- the compiler's choice at the new size
+  and the measured load. A switch to the plan in force on new nodes (how
+  the runtime makes nodes join and leave) changes no plan: it restarts no
+  dwell.
 
 Example:
     >>> from ray_adaptive.plan import Plan
@@ -99,9 +107,12 @@ class Measurement:
     duration_s: Optional[float] = None  # mean task duration
     decision_p99_s: Optional[float] = None  # the schedulers' latency
     message_p50_s: Optional[float] = None  # a round trip between the runtime's processes
+    nodes: Optional[int] = None  # nodes that run tasks (None: not measured)
+    executors: Optional[int] = None  # their executors, summed
 
     def as_dict(self) -> dict:
-        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()
+                if v is not None or k not in ("nodes", "executors")}  # (the size only where it was measured)
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ class Controller:
         self._switched_at = now
         self._streak: tuple[Optional[str], int] = (None, 0)
         self.switch_cost_s = settings.switch_cost_s
+        self._size = (table.nodes, table.executors)  # the cluster's size when the plan in force was chosen
 
     def use(self, table: EstimateTable) -> None:
         """Evaluate against a refreshed table from now on."""
@@ -137,8 +149,13 @@ class Controller:
         self.table = table
 
     def switched(self, to: str, now: float, pause_s: Optional[float] = None) -> None:
-        """A switch happened (decided here, or forced): dwell from now; a measured pause updates the cost."""
-        self.current, self._switched_at, self._streak = to, now, (None, 0)
+        """A switch happened (decided here, or forced): dwell from now; a measured pause updates the cost.
+        A switch to the plan in force (the runtime's way of putting nodes that joined or left in the plan)
+        changes no plan: no dwell."""
+        if to != self.current:
+            self._switched_at = now
+            self._size = (self.table.nodes, self.table.executors)
+        self.current, self._streak = to, (None, 0)
         if pause_s is not None and pause_s >= 0:
             self.switch_cost_s = 0.5 * self.switch_cost_s + 0.5 * pause_s
 
@@ -172,6 +189,11 @@ class Controller:
         def keep(reason: str) -> Verdict:
             return Verdict(m.time, self.current, None, reason, choice, estimates, measured)
 
+        t = self.table
+        if not t.fits(m.nodes, m.executors):
+            self._streak = (None, 0)
+            return keep(f"the cluster has {m.nodes} nodes ({m.executors} executors), the estimates in use are for "
+                        f"{t.nodes} ({t.executors}): keeping the plan in force until the new size's estimates are in")
         if choice == self.current:
             self._streak = (None, 0)
             return keep(f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force")
@@ -187,4 +209,6 @@ class Controller:
             return keep(f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the last switch)")
         if count < s.consecutive:
             return keep(f"{why}; {count} of {s.consecutive} evaluations agree")
+        if (t.nodes, t.executors) != self._size:  # the size moved since the plan in force was chosen: say so
+            why = f"cluster {self._size[0]} -> {t.nodes} nodes; {why}"
         return Verdict(m.time, self.current, self.table.plan(choice), why, choice, estimates, measured)

@@ -64,8 +64,9 @@ class EstimateTable:
     of variation of inter-arrival gaps: 1 for Poisson); ``cells[(i, j)]``
     maps a plan name to its :class:`PlanEstimate` at ``(rates[i],
     burstiness[j])`` and ``choice[(i, j)]`` names the compiler's choice.
-    ``basis`` says what the grid was computed for (durations, cluster), so
-    the runtime knows when to refresh it.
+    ``basis`` says what the grid was computed for (durations, cluster: its
+    ``nodes`` and ``total_executors``), so the runtime knows when to refresh
+    it -- the durations drifted, or the cluster changed size (:meth:`fits`).
     """
 
     policy: str
@@ -88,6 +89,22 @@ class EstimateTable:
                    if (i, j) not in self.cells or (i, j) not in self.choice]
         if missing:
             raise ValueError(f"the grid has no estimates at {missing[:3]}")
+
+    @property
+    def executors(self) -> Optional[int]:
+        """The executors of the cluster it was computed for, summed over its nodes (None: not recorded)."""
+        b = self.basis
+        if "total_executors" in b:
+            return int(b["total_executors"])
+        return int(round(b["executors"] * self.nodes)) if "executors" in b else None
+
+    def fits(self, nodes: Optional[int], executors: Optional[int] = None) -> bool:
+        """Whether it was computed for a cluster of ``nodes`` nodes with ``executors`` executors in all
+        (None: not measured, taken as fitting; executors not recorded: the node count decides)."""
+        if nodes is not None and nodes != self.nodes:
+            return False
+        mine = self.executors
+        return executors is None or mine is None or executors == mine
 
     def plan(self, name: str) -> Plan:
         for p in self.plans:

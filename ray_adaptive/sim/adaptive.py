@@ -24,18 +24,29 @@ pass the measured one for a given cluster.
 The plans a switch may go to are given lowered (``plans``: name ->
 :class:`~ray_adaptive.plan.LoweredPlan`): lowering is the compiler's, which
 the simulator does not import.
+
+**A cluster that changes size** (node events, :mod:`ray_adaptive.sim.membership`):
+each measurement carries the run's size (its member nodes and their
+executors). ``sizes(nodes, executors)`` gives the estimate table and the
+lowered plans for a size; when the size moves, the controller is given that
+size's table (as the runtime's control loop computes one per size) and
+judges the plans on it by its usual rules, and a node event puts the plan
+in force on the new nodes lowered for their count. The simulator asks for a
+size's table when it needs it, at once: the runtime's background compile
+takes seconds to minutes, in which its controller keeps the plan in force.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ray_adaptive.control import Controller, Measurement, Verdict
+from ray_adaptive.control import Controller, EstimateTable, Measurement, Verdict
 from ray_adaptive.plan import LoweredPlan
 
 __all__ = ["SWITCH_PAUSE_S", "Switch", "AdaptiveRun", "measure_window"]
@@ -55,11 +66,16 @@ class Switch:
     pause_s: float
     undecided: int  # tasks handed over undecided
     on_nodes: int  # tasks running or queued on nodes when it switched
+    nodes: Optional[int] = None  # the cluster's nodes then (None: not followed)
 
     def as_dict(self) -> dict:
         return {"time": round(self.time, 6), "from": self.from_plan, "to": self.to, "reason": self.reason,
                 "rate": round(self.rate, 1), "pause_s": self.pause_s, "undecided": self.undecided,
-                "on_nodes": self.on_nodes}
+                "on_nodes": self.on_nodes, **({"nodes": self.nodes} if self.nodes is not None else {})}
+
+
+#: A size's estimate table and plans lowered for it: ``sizes(nodes, executors)``.
+Sizes = Callable[[int, int], Tuple[EstimateTable, Mapping[str, LoweredPlan]]]
 
 
 def measure_window(tasks: List, arrivals: np.ndarray, start: float, end: float) -> Optional[Measurement]:
@@ -91,7 +107,9 @@ class AdaptiveRun:
     should not be longer than the controller's ``every_s``."""
 
     def __init__(self, sim, controller: Controller, plans: Mapping[str, LoweredPlan],
-                 pause_s: float = SWITCH_PAUSE_S):
+                 pause_s: float = SWITCH_PAUSE_S, sizes: Optional[Sizes] = None):
+        """``sizes``: the table and plans for another size of the cluster (see the module doc); None: the
+        size is not followed (a run without node events)."""
         if controller.current != sim.plan.name:
             raise ValueError(f"the controller's plan in force ({controller.current!r}) is not the simulation's "
                              f"({sim.plan.name!r})")
@@ -104,6 +122,27 @@ class AdaptiveRun:
         self.history: List[Switch] = []
         self.evaluations: List[Verdict] = []
         self.unswitchable: List[Verdict] = []  # switch verdicts to a plan not given (or that cannot run here)
+        self.sizes = sizes
+        if sizes is not None:
+            sim.relower = self._relower  # (a node event: the plan in force lowered for the new size)
+
+    def _relower(self, plan: LoweredPlan, nodes: int) -> LoweredPlan:
+        """``plan`` lowered for the cluster the run has now (the plan as it is if that size has no such plan)."""
+        assert self.sizes is not None
+        _, plans = self.sizes(*self.sim.size)
+        return plans.get(plan.name, plan)
+
+    def _follow_size(self, m: Measurement) -> Measurement:
+        """The measurement with the run's size; that size's table and plans in use."""
+        if self.sizes is None:
+            return m
+        nodes, executors = self.sim.size
+        m = dataclasses.replace(m, nodes=nodes, executors=executors)
+        if not self.controller.table.fits(nodes, executors):
+            table, plans = self.sizes(nodes, executors)
+            self.controller.use(table)
+            self.plans = dict(plans)
+        return m
 
     def on_epoch(self, epoch, sim) -> None:
         """After each epoch: evaluate if one is due, switch if the controller says so."""
@@ -117,6 +156,7 @@ class AdaptiveRun:
         m = measure_window(self._tasks, self._arrivals, max(0.0, now - s.window_s), now)
         if m is None:
             return
+        m = self._follow_size(m)
         verdict = self.controller.evaluate(m)
         self.evaluations.append(verdict)
         if verdict.switch_to is not None:
@@ -132,4 +172,4 @@ class AdaptiveRun:
         self.controller.switched(verdict.switch_to.name, now, self.pause_s)
         self._due = max(self._due, now + self.pause_s)  # (no evaluation during the pause)
         self.history.append(Switch(now, info["from"], info["to"], verdict.reason, m.rate, self.pause_s,
-                                   info["undecided"], info["on_nodes"]))
+                                   info["undecided"], info["on_nodes"], m.nodes))
