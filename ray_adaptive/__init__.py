@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 from ray_adaptive.errors import (
+    InfeasibleTaskError,
     PlacementDeadlineExceeded,
     PolicyError,
     PolicyRuntimeError,
@@ -47,6 +48,7 @@ __all__ = [
     "ScenarioError",
     "ResourceError",
     "PlacementDeadlineExceeded",
+    "InfeasibleTaskError",
     *_DSL_EXPORTS,
     *_RESOURCE_EXPORTS,
     *_API_EXPORTS,

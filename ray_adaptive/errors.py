@@ -68,3 +68,8 @@ class ResourceError(RayAdaptiveError):
 
 class PlacementDeadlineExceeded(RayAdaptiveError, TimeoutError):
     """A task with ``deadline_s`` was not placed by its deadline: it was dropped and never ran."""
+
+
+class InfeasibleTaskError(RayAdaptiveError, ValueError):
+    """A task asks for Ray resources no node of the cluster has, and no node the autoscaler may add would
+    have: it could never run. The message names what it asks for and the largest node."""

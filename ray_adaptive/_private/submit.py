@@ -43,7 +43,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ["launcher", "fast_path_off", "RayGoneError", "VERIFIED_RAY_VERSIONS"]
+__all__ = ["launcher", "fast_path_off", "RayGoneError", "VERIFIED_RAY_VERSIONS", "default_options"]
 
 # The Ray releases on which tests/test_submit.py found the derived submit_task call equal to the call
 # Ray's own .remote() makes (its _remote takes four shapes over these: 2.50-2.51; fallback_strategy
@@ -64,6 +64,12 @@ VERIFIED_RAY_VERSIONS = frozenset({
 
 # submit_task's parameters that change with each call; every other one is derived from the options.
 _PER_CALL = ("args", "debugger_breakpoint")
+
+
+def default_options(remote_function) -> Dict[str, Any]:
+    """The options a ``@ray.remote(...)`` function was declared with (its ``num_cpus``, ``resources``, ...):
+    what its tasks ask of a node unless ``.options()`` says otherwise."""
+    return dict(getattr(remote_function, "_default_options", None) or {})
 
 
 def fast_path_off(remote_function) -> Optional[str]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Set
+import logging
+from typing import Any, List, Mapping, Optional, Set
 
 import ray
 
@@ -11,7 +12,9 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.dsl.lengths import vec_lengths
 from ray_adaptive.plan import NodeState
 
-__all__ = ["alive_node_ids", "check_node_ids", "policy_nodes"]
+__all__ = ["alive_node_ids", "check_node_ids", "policy_nodes", "joined_nodes", "node_state"]
+
+log = logging.getLogger("ray_adaptive")
 
 
 def _alive_nodes() -> List[dict]:
@@ -27,21 +30,50 @@ def alive_node_ids() -> Set[str]:
 
 def policy_nodes(policy: Policy, executors: Optional[int], queue: int,
                  node_fields: Mapping[str, Mapping[str, Any]]) -> List[NodeState]:
-    """The live nodes, in Ray's order, as ``policy`` sees them: ``executors`` each (None: the node's CPUs,
-    at least 1), ``queue``, Ray's resources, and the policy's ``Node:`` fields -- from ``node_fields``
-    (node id -> values) or else the node's Ray labels of the same names."""
+    """The live nodes, in Ray's order, as ``policy`` sees them (see :func:`node_state`); ``node_fields``: node
+    id -> values of the policy's ``Node:`` fields (else read from the node's Ray labels)."""
     alive = _alive_nodes()
     check_node_ids(node_fields, [info["NodeID"] for info in alive])
     lengths = vec_lengths(policy)
-    nodes = []
-    for i, info in enumerate(alive):
-        what = f"node {info['NodeID'][:12]}"
-        given: Dict[str, Any] = dict(node_fields.get(info["NodeID"], {}))
-        fields = {**label_fields(policy.node_fields, info.get("Labels") or {}, set(given), what), **given}
-        check_fields(policy.node_fields, fields, what, "node_fields", lengths)
-        ex = executors if executors is not None else max(1, int(info["Resources"].get("CPU", 1)))
-        nodes.append(NodeState(info["NodeID"], i, ex, queue, dict(info["Resources"]), fields))
-    return nodes
+    return [node_state(policy, info, i, executors, queue, node_fields.get(info["NodeID"], {}), lengths)
+            for i, info in enumerate(alive)]
+
+
+def joined_nodes(policy: Policy, known: List[NodeState], executors: Optional[int], queue: int) -> List[NodeState]:
+    """The live nodes not in ``known`` (nodes that joined since), numbered after it; their ``Node:`` fields
+    from their Ray labels. A node whose labels do not give the policy's fields is left out, with a warning
+    once (it would fail every decision that reads them)."""
+    seen = {n.id for n in known}
+    out: List[NodeState] = []
+    lengths = vec_lengths(policy)
+    for info in _alive_nodes():
+        if info["NodeID"] in seen or info["NodeID"] in _unusable:
+            continue
+        try:
+            out.append(node_state(policy, info, len(known) + len(out), executors, queue, {}, lengths))
+        except (TypeError, ValueError) as err:
+            _unusable.add(info["NodeID"])
+            log.warning("ray-adaptive: node %s joined but policy %r cannot use it: %s", info["NodeID"][:12],
+                        policy.name, err)
+    return out
+
+
+_unusable: Set[str] = set()  # nodes whose labels lack the policy's Node fields (warned about once)
+
+
+def node_state(policy: Policy, info: Mapping[str, Any], index: int, executors: Optional[int], queue: int,
+               given: Mapping[str, Any], lengths: Any) -> NodeState:
+    """One node of ``ray.nodes()`` as ``policy`` sees it: Ray's resources (the policy's own slot resources
+    left out), its ``Node:`` fields (``given``, else its Ray labels), and its executors -- ``executors``,
+    or else its CPU count. A node with no CPU runs no task: 0 executors and no queue (Ray advises
+    ``--num-cpus=0`` on the head of a large cluster; a task placed there would wait forever)."""
+    what = f"node {info['NodeID'][:12]}"
+    fields = {**label_fields(policy.node_fields, info.get("Labels") or {}, set(given), what), **dict(given)}
+    check_fields(policy.node_fields, fields, what, "node_fields", lengths)
+    resources = {k: float(v) for k, v in info["Resources"].items() if not k.startswith("ra-")}
+    cpus = int(resources.get("CPU", 0))
+    ex = 0 if cpus == 0 else (executors if executors is not None else cpus)
+    return NodeState(info["NodeID"], index, ex, queue if ex else 0, resources, fields)
 
 
 def check_node_ids(node_fields: Any, alive: List[str]) -> None:

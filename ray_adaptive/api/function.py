@@ -8,10 +8,11 @@ from typing import Any, Dict, Mapping, Optional
 
 from ray.remote_function import RemoteFunction
 
-from ray_adaptive._private.submit import launcher
+from ray_adaptive._private.submit import default_options, launcher
 from ray_adaptive.api.fields import check_task_fields
 from ray_adaptive.api.lifecycle import registered, runtime_of
 from ray_adaptive.api.runtime import PolicyRuntime
+from ray_adaptive.plan.fit import demand_of
 from ray_adaptive.runtime.tenancy import apply_bound
 
 __all__ = ["PolicyFunction", "policy"]
@@ -36,6 +37,8 @@ class PolicyFunction:
         self._bound_slots: Optional[dict] = None  # the slot mapping _bound was made for (its identity)
         self._checked: Optional[PolicyRuntime] = None  # the runtime the fields were checked for
         self._fields: Dict[str, Any] = self._task  # the task's fields as checked (and bound) for it
+        # the Ray resources each task asks for: the policy places it only on nodes that have them
+        self._demand = demand_of({**default_options(remote_fn), **self._options})
 
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options: Any) -> "PolicyFunction":
@@ -85,13 +88,16 @@ class PolicyFunction:
         bound = self._bound_per_node(rt)
 
         def launch(node_id: str) -> Any:
-            return bound[node_id](args, kwargs)
+            fn = bound.get(node_id)
+            if fn is None:  # a node that joined after this call was made (see PolicyRuntime.follow_cluster)
+                fn = self._bound_per_node(rt)[node_id]
+            return fn(args, kwargs)
 
         # (the fields are this object's own copy, read-only from here: every task shares them)
         # (``bound``'s identity: tasks Ray queues alike, one function and options; see runtime.harvest)
         if wait:
-            return rt.router.call(self._fields, launch, self._deadline_s, id(bound))
-        return rt.router.submit(self._fields, launch, self._deadline_s, id(bound))
+            return rt.router.call(self._fields, launch, self._deadline_s, id(bound), self._demand)
+        return rt.router.submit(self._fields, launch, self._deadline_s, id(bound), self._demand)
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> ``launch(args, kwargs)`` of this function with its options and that node's

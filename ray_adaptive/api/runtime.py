@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from ray_adaptive.plan import Plan
 from ray_adaptive.runtime import background
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
+from ray_adaptive.runtime.node_watch import NodeWatch
 from ray_adaptive.runtime.router import Router
 from ray_adaptive.runtime.switch import SwitchNotStarted, switch
 from ray_adaptive.runtime.topology import NAMESPACE, Topology, actor_name
@@ -50,6 +52,8 @@ class PolicyRuntime:
         self.bound: Dict[str, Any] = dict(bound or {})
         self.control_loop: Optional[ControlLoop] = None  # plan="adaptive": the controller's loop
         self.jobs: Optional[JobWatch] = None  # the owner's watch over the attached jobs
+        self.nodes: Optional[NodeWatch] = None  # the owner's watch over the cluster's nodes
+        self.node_options: tuple = (None, 2)  # (executors, queue) of start(): what a node that joins gets
         self._analysis = analysis  # (the compiler's analysis of the policy, for switches: the starting process's)
         self._history: List[dict] = []
         self._switching = threading.Lock()
@@ -145,9 +149,9 @@ class PolicyRuntime:
         with self._switching:
             if self.router.closed:
                 raise RuntimeError(f"policy {self.name!r} is shut down: there is no plan to switch")
-            n = self.topology.nodes
-            chosen, why = select_plan(self.policy, plan, nodes=len(n), executors=n[0].executors,
-                                      queue=n[0].queue, analysis=self._analysis)
+            live = [n for n in self.topology.nodes if n.alive]
+            chosen, why = select_plan(self.policy, plan, cluster=live, queue=self.node_options[1],
+                                      analysis=self._analysis)
             if chosen.name == self.plan.name:
                 raise ValueError(f"plan {chosen.name!r} is already in force")
             entry = self._replace(lower(chosen, self._analysis), reason, estimates=estimates, measured=measured,
@@ -180,15 +184,46 @@ class PolicyRuntime:
             raise RuntimeError(f"policy {self.name!r}: evicting job {job} failed: {entry['rolled_back']}")
         return entry
 
+    def follow_cluster(self) -> Optional[dict]:
+        """Owner: put the cluster's live nodes in force if they changed (the owner's
+        :class:`~ray_adaptive.runtime.node_watch.NodeWatch` calls it every 0.5 s). Nodes that joined get a
+        slot resource and their ``Node:`` fields from their Ray labels, and a node that left is marked
+        so, by a live switch to the plan in force on the new node list (see
+        :mod:`ray_adaptive.runtime.node_watch`). Returns the entry appended to :attr:`history`, or None if
+        nothing changed."""
+        from ray_adaptive.api.cluster import alive_node_ids, joined_nodes
+        from ray_adaptive.plan.room import slots_of
+
+        assert self.binding is not None  # (the owner's)
+        with self._switching:
+            if self.router.closed:
+                return None
+            known = self.topology.nodes
+            alive = alive_node_ids()
+            left = {n.id for n in known if n.alive and n.id not in alive}
+            joined = joined_nodes(self.policy, known, *self.node_options)
+            if not left and not joined:
+                return None
+            self.binding.add({n.id: slots_of(n.executors, n.queue) for n in joined})
+            nodes = [dataclasses.replace(n, alive=False) if n.id in left else n for n in known] + joined
+            slots = {**self.topology.slots, **{n.id: self.binding.slots[n.id].resource for n in joined}}
+            parts = ([f"{len(joined)} node(s) joined ({', '.join(n.id[:12] for n in joined)})"] if joined else []) + \
+                    ([f"{len(left)} left ({', '.join(sorted(i[:12] for i in left))})"] if left else [])
+            entry = self._replace(self.topology.plan, " and ".join(parts), nodes=nodes, slots=slots)
+            self.publish_info()
+        if "rolled_back" in entry:  # (the watch tries again at its next look: the nodes are not in force)
+            raise RuntimeError(f"policy {self.name!r}: taking up the cluster's nodes failed: {entry['rolled_back']}")
+        return entry
+
     def _replace(self, lowered: Any, reason: str, *, rebuild: bool = False, estimates: Optional[dict] = None,
-                 measured: Optional[dict] = None, on_phase=None) -> dict:
+                 measured: Optional[dict] = None, on_phase=None, nodes=None, slots=None) -> dict:
         """Put ``lowered`` in force by a live switch (holds ``_switching``); the entry for :attr:`history`.
         A switch whose actors do not start (a node left under one) is tried once more on the nodes left;
         failing again, it is rolled back -- nothing had changed -- and the entry says so (``rolled_back``)."""
         before, start = self.plan.name, time.time()
         for attempt in (1, 2):
             try:
-                new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild)
+                new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild, nodes=nodes, slots=slots)
                 break
             except SwitchNotStarted as err:
                 log.warning("ray-adaptive: policy %r: switch to %s, attempt %d: %s", self.name, lowered.name,
@@ -280,6 +315,8 @@ class PolicyRuntime:
         to Ray would start it again; the actors went with the driver that owned them)."""
         if self.jobs is not None:
             self.jobs.stop()
+        if self.nodes is not None:
+            self.nodes.stop()
         if self.control_loop is not None:
             self.control_loop.stop()
         self.router.close(timeout)

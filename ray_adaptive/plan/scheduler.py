@@ -58,10 +58,11 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.dsl.values import undo
 from ray_adaptive.errors import PolicyRuntimeError
 from ray_adaptive.plan.explain import record
+from ray_adaptive.plan.fit import Demand, FitMasks, masked
 from ray_adaptive.plan.queue import PendingQueue
 from ray_adaptive.plan.replicas import DeltaLog, copy_state
 from ray_adaptive.plan.room import has_room, slots_of
-from ray_adaptive.plan.scoring import ScoreSplit, group_key, row_key, scoring_for
+from ray_adaptive.plan.scoring import ScoreSplit, group_key, matrix_scores, row_key, scoring_for
 
 __all__ = ["NodeState", "TaskState", "Scheduler", "POOL"]
 
@@ -99,7 +100,14 @@ class NodeState:
     def fresh(self) -> "NodeState":
         """This node as a new scheduler first sees it: nothing sent there, nothing heard, alive. (Nodes
         travel between processes as NodeStates; each scheduler keeps its own.)"""
-        return NodeState(self.id, self.index, self.executors, self.queue, dict(self.resources), dict(self.fields))
+        return NodeState(self.id, self.index, self.executors, self.queue, dict(self.resources), dict(self.fields),
+                         alive=self.alive)  # (a node that left before this plan started stays left)
+
+    @property
+    def runs_tasks(self) -> bool:
+        """Alive, with a slot at all (a node with no CPU gets 0 executors and no queue: see
+        :func:`ray_adaptive.api.cluster.policy_nodes`)."""
+        return self.alive and slots_of(self.executors, self.queue) > 0
 
     def as_dict(self) -> dict:
         """What an operator reads of the node (``ray-adaptive status``)."""
@@ -118,10 +126,11 @@ class TaskState:
     node: Optional[str] = None  # the node decided (None from a decision: dropped at its deadline)
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
     error: Optional[str] = None  # why the policy failed on it (a decision returned with node None)
+    demand: Demand = ()  # the Ray resources it asks for: only nodes that fit them are candidates (plan.fit)
 
     def export(self) -> dict:
         return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin,
-                "deadline": None if self.deadline == math.inf else self.deadline}
+                "deadline": None if self.deadline == math.inf else self.deadline, "demand": dict(self.demand)}
 
 
 class Scheduler:
@@ -149,7 +158,10 @@ class Scheduler:
         self.overflow = overflow
         self.log = DeltaLog(merge, self.interp.state) if merge else None
         self._rng = random.Random(seed)
-        self.queue = queue if queue is not None else PendingQueue(row_key(program.score), fifo=fifo, deadlines=True)
+        # which nodes each task's Ray resources fit (None: nodes that carry no resources, the simulator's)
+        self.fit = FitMasks(self.nodes) if any(n.resources for n in self.nodes) else None
+        self.queue = queue if queue is not None else PendingQueue(_with_demand(row_key(program.score)), fifo=fifo,
+                                                                  deadlines=True)
         # (a split part's values are remembered by task group; a Score reading task.id: by task)
         self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
                                                                        group_key(program.score) or (lambda t: t.id))
@@ -193,7 +205,7 @@ class Scheduler:
 
     def _candidates(self, full: bool = False) -> List[NodeState]:
         """The nodes with room (``full``: every live node; see ``overflow``), power-of-d sampled."""
-        room = [n for n in self.nodes if n.alive] if full else [n for n in self.nodes if n.has_room]
+        room = [n for n in self.nodes if n.runs_tasks] if full else [n for n in self.nodes if n.has_room]
         if self.sample_d and len(room) > self.sample_d:
             picks = sorted(self._rng.sample(range(len(room)), self.sample_d))  # node order kept: the tie rule
             room = [room[i] for i in picks]
@@ -209,7 +221,7 @@ class Scheduler:
         rows = self.queue.rows()
         if not rows:
             return None
-        scores = self.scoring.scores(self.interp, rows, candidates, now)
+        scores = self._fitting(self.scoring.scores(self.interp, rows, candidates, now), rows, candidates)
         best = scores.argmin()
         if best is None:
             return None
@@ -219,6 +231,14 @@ class Scheduler:
         if self._records is not None:
             self._records.append((task.id, now, candidates, j, scores, i))
         return task, candidates[j]
+
+    def _fitting(self, scores, rows: Sequence, cands: Sequence):
+        """``scores`` with the pairs whose task's Ray resources the node cannot hold made infeasible (the
+        same object when every row fits every candidate: a cluster of one node kind)."""
+        masks = self.fit.row_masks(rows, cands) if self.fit is not None else None
+        if masks is None:
+            return scores
+        return matrix_scores(masked(scores, len(rows), len(cands), masks))
 
     def decide(self, now: float) -> List[TaskState]:
         """Bind (pending task, node with room) pairs while a feasible one exists; returns the tasks,
@@ -335,7 +355,7 @@ class Scheduler:
         if not cands and self.overflow and task.deadline == math.inf:
             cands = self._candidates(full=True)
         if cands:
-            scores = self.scoring.scores(self.interp, [task], cands, now)
+            scores = self._fitting(self.scoring.scores(self.interp, [task], cands, now), [task], cands)
             best = scores.argmin()
             if best is not None:
                 j = best[1]
@@ -420,3 +440,11 @@ class Scheduler:
         return {"pending": [t.export() for t in self.queue.tasks()],
                 "running": [{**t.export(), "node": t.node} for t in self.running.values()],
                 "state": copy_state(self.interp.state)}
+
+
+def _with_demand(key: Optional[Callable]) -> Optional[Callable]:
+    """A queue's group key that also tells tasks of different Ray resources apart: a group's head stands for
+    the tasks behind it, which must fit the same nodes."""
+    if key is None:
+        return None
+    return lambda t: (key(t), t.demand)

@@ -37,7 +37,7 @@ from ray_adaptive.dsl.interp import Interpreter, argmin_pair
 from ray_adaptive.plan.nodeset import NodeSet
 
 __all__ = ["ScoreSplit", "MatrixScoring", "SplitScoring", "scoring_for", "group_key", "row_key", "written_by_hooks",
-           "NodeSet"]
+           "NodeSet", "matrix_scores"]
 
 _NODE_ATTRIBUTES = ("id", "index", "executors", "queue", "resources", "available", "load")
 _PART = "__part__"  # the local a part's value is computed into
@@ -82,6 +82,11 @@ class _MatrixScores:
 
     def cell(self, i: int, j: int) -> float:
         return float(self.m[i, j])
+
+
+def matrix_scores(m: np.ndarray) -> _MatrixScores:
+    """The scores of a decision given as its full matrix (rows x candidates)."""
+    return _MatrixScores(m)
 
 
 class MatrixScoring:

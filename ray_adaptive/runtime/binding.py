@@ -36,14 +36,20 @@ class SlotBinding:
     """Creates, names and removes the per-node slot resources of one policy runtime."""
 
     def __init__(self, policy_name: str, capacities: Mapping[str, int]):
-        """``capacities``: node id -> slot capacity (executors + queue), in node order."""
-        tag = self.tag(policy_name)
-        self.slots: Dict[str, NodeSlot] = {
-            node: NodeSlot(node, i, f"ra-{tag}-slot-{i}", int(cap)) for i, (node, cap) in enumerate(capacities.items())
-        }
+        """``capacities``: node id -> slot capacity (executors + queue), in node order. A node of capacity 0
+        (no CPU: it runs no task) gets no resource."""
+        self._tag = self.tag(policy_name)
+        self.slots: Dict[str, NodeSlot] = {}
         self._scope = resources.ResourceScope()
-        for slot in self.slots.values():
-            self._scope.set_resource(slot.resource, slot.capacity, node_spec=slot.node_id)
+        self.add(capacities)
+
+    def add(self, capacities: Mapping[str, int]) -> None:
+        """Slots for nodes that joined (numbered after the others): ``capacities`` as for the constructor."""
+        for node, cap in capacities.items():
+            slot = self.slots[node] = NodeSlot(node, len(self.slots), f"ra-{self._tag}-slot-{len(self.slots)}",
+                                               int(cap))
+            if slot.capacity > 0:
+                self._scope.set_resource(slot.resource, slot.capacity, node_spec=slot.node_id)
 
     @staticmethod
     def tag(policy_name: str) -> str:
@@ -55,7 +61,8 @@ class SlotBinding:
         the dead node -- Ray's retries of those that were running, those still queued --
         then run on the host instead of waiting forever for a resource that is gone."""
         slot = self.slots[node_id]
-        self._scope.set_resource(slot.resource, slot.capacity, node_spec=host_id)
+        if slot.capacity > 0:
+            self._scope.set_resource(slot.resource, slot.capacity, node_spec=host_id)
 
     def close(self) -> None:
         """Remove every slot resource (idempotent)."""

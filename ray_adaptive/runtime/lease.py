@@ -110,7 +110,7 @@ class HeldLease:
         s.decision_s = latencies
         s.interp.state.update(lease.state)
         for n in s.nodes:
-            n.alive = n.id not in dead and n.id not in lease.dead
+            n.alive = n.alive and n.id not in dead and n.id not in lease.dead
         self.sched: Scheduler = s
         self.granted_by = lease.incarnation
 

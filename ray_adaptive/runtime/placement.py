@@ -151,7 +151,8 @@ class Forwarder:
         i = self._batch_to
         self._hop[t.id] = i
         self._origin[t.id] = t.origin
-        sent = self._forwarded[t.id] = TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline)
+        sent = self._forwarded[t.id] = TaskState(t.id, t.arrival, t.fields, t.origin, deadline=t.deadline,
+                                                       demand=t.demand)
         self._out[i].append(sent)
 
     def finished(self, tid: str) -> None:

@@ -36,7 +36,9 @@ from ray_adaptive._private import autoinit
 from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor
+from ray_adaptive.errors import InfeasibleTaskError
 from ray_adaptive.plan import TaskState
+from ray_adaptive.plan.fit import Demand, describe, fits
 from ray_adaptive.runtime.deadlines import DeadlineClock
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.dispatcher import Dispatcher
@@ -78,6 +80,7 @@ class Router:
         self.monitor = monitor
         self._cond = threading.Condition()
         self._closed = False
+        self._fitting: Set[Tuple[int, Demand]] = set()  # (generation, demand) some node fits, or may come to
         self._stopped_elsewhere = False  # ray-adaptive stop ended the runtime under this process: see stopped_elsewhere
         self._failed: Optional[BaseException] = None  # what ended the dispatcher thread, if it failed
         self._ray_gone = False  # ray.shutdown() came without ra.shutdown(): see ray_gone
@@ -109,21 +112,25 @@ class Router:
         return self.FRESH_HELD_S if topology.overflow else self.FRESH_S
 
     # ---------------------------------------------------------------- submit
-    def submit(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None) -> Future:
+    def submit(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None,
+               demand: Demand = ()) -> Future:
         """Queue a task: a Future of its ObjectRef once launched; or of a
         :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` when not placed within ``deadline_s``
         (see :mod:`ray_adaptive.runtime.deadlines`). ``shape``: equal for tasks Ray queues alike (see
-        :mod:`ray_adaptive.runtime.harvest`)."""
+        :mod:`ray_adaptive.runtime.harvest`). ``demand``: the task's Ray resources (see
+        :mod:`ray_adaptive.plan.fit`): only nodes that have them are candidates, and a task no node has
+        them for, nor any node the autoscaler may add, is refused (:class:`~ray_adaptive.InfeasibleTaskError`)."""
         future: Future = Future()
-        self._enqueue(fields, launch, deadline_s, future, shape)
+        self._enqueue(fields, launch, deadline_s, future, shape, demand)
         return future
 
-    def call(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None) -> Any:
+    def call(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None,
+             demand: Demand = ()) -> Any:
         """:meth:`submit`, then wait for the ObjectRef (``.remote()``). A decision made in this
         thread returns the ref at once, with no Future; waiting for a local decision, the caller
         harvests completions itself."""
         remote = self.decider.remote
-        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape)
+        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape, demand)
         if task.settled:
             return task.result()
         if task.future is not None and remote:  # decided by the selector: just wait
@@ -144,7 +151,9 @@ class Router:
         return task.result()
 
     def _enqueue(self, fields: dict, launch: Launch, deadline_s: float, future: Optional[Future],
-                 shape: Any = None) -> RoutedTask:
+                 shape: Any = None, demand: Demand = ()) -> RoutedTask:
+        if demand and (self.topology.generation, demand) not in self._fitting:
+            self._check_fits(demand)
         if time.monotonic() - self.harvester.harvested_at > self.fresh_s:
             self.harvest(block=0.0)
         book = self.book
@@ -161,7 +170,7 @@ class Router:
                 raise RuntimeError(f"the dispatcher of policy {self.policy.name!r} failed ({self._failed!r}); "
                                    f"restart the policy") from self._failed
             now = book.decider.now()
-            state = TaskState(book.new_id(), now, fields, deadline=now + deadline_s)
+            state = TaskState(book.new_id(), now, fields, deadline=now + deadline_s, demand=demand)
             task = RoutedTask(state, launch, shape, future)
             if future is not None:
                 future.task_id = state.id  # type: ignore[attr-defined]  # (what PolicyRuntime.why_pending asks)
@@ -188,6 +197,27 @@ class Router:
         if chosen:
             book.fire(claimed, gone, plan)
         return task
+
+    def _check_fits(self, demand: Demand) -> None:
+        """Refuse a task whose Ray resources no node of the plan in force has, unless the autoscaler may add
+        a node that has them (then it waits: :meth:`explain` says so). Remembered per generation: nodes
+        join and leave by live switches."""
+        nodes = self.topology.nodes
+        if not any(n.runs_tasks and fits(n.resources, demand) for n in nodes):
+            types = self.addable_node_types()
+            if types is None or not any(fits(t, demand) for t in types):
+                largest = max(nodes, key=lambda n: sum(n.resources.get(k, 0.0) for k, _ in demand))
+                shown = {k: v for k, v in largest.resources.items() if k in dict(demand) or k == "CPU"}
+                grow = ("and no node type of the cluster's autoscaler has them" if types is not None
+                        else "and no autoscaler may add one")
+                raise InfeasibleTaskError(
+                    f"policy {self.policy.name!r}: a task asks for {describe(demand)}: no node of the cluster has "
+                    f"them ({len(nodes)} nodes; the closest has {shown}) {grow}; ask for less, or add a node "
+                    f"that has them")
+        self._fitting.add((self.topology.generation, demand))
+
+    #: the resources of the node types an autoscaler may still add (None: no autoscaler); set by the owner
+    addable_node_types: Callable[[], Optional[List[Dict[str, float]]]] = staticmethod(lambda: None)
 
     # ---------------------------------------------------------------- finish
     def harvest(self, block: float) -> bool:
@@ -374,7 +404,8 @@ class Router:
             tally = self.book.tally(self.monitor.group_by)
             generation = self.topology.generation
             latencies = [] if self.decider.thread_safe else self.decider.decision_latencies()[-10_000:]
-        return self.monitor.report(tally, generation, latencies, self.oldest_pending())
+            demand = self.book.demand()
+        return {**self.monitor.report(tally, generation, latencies, self.oldest_pending()), **demand}
 
     def task_id_of(self, ref: Any) -> Optional[str]:
         """The id of the task whose ObjectRef is ``ref`` (while it runs: finished ones are forgotten)."""
@@ -396,6 +427,12 @@ class Router:
         if task is None:
             return {"state": "finished or unknown", "task": task_id,
                     "why": "not pending nor running in this process: finished, dropped, or never submitted"}
+        demand = task.state.demand
+        if task.state.node is None and demand and not any(n.runs_tasks and fits(n.resources, demand)
+                                                           for n in self.topology.nodes):
+            return {"state": "pending", "task": task_id, "reason": "waiting-for-node",
+                    "why": f"no node of the cluster has the {describe(demand)} it asks for; the autoscaler may "
+                           f"add one that has (the policy asks it to): it is decided once such a node joins"}
         if decider.thread_safe:
             return task.explain(frozen, decider.explain)
         with self._cond:

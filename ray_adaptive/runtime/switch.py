@@ -52,13 +52,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 import ray
 
 from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
-from ray_adaptive.plan import LoweredPlan
+from ray_adaptive.plan import LoweredPlan, NodeState
 from ray_adaptive.runtime import background
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
@@ -278,19 +278,24 @@ def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[di
 
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
-           on_phase: Optional[Callable[[str, Topology], None]] = None, rebuild: bool = False) -> Tuple[Topology, dict]:
+           on_phase: Optional[Callable[[str, Topology], None]] = None, rebuild: bool = False,
+           nodes: Optional[List[NodeState]] = None, slots: Optional[Dict[str, str]] = None) -> Tuple[Topology, dict]:
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
     topology and what happened (``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
-    left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`)."""
+    left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`). ``nodes`` and
+    ``slots``: the cluster the new generation decides for, when nodes joined or left (default: ``old``'s;
+    a node keeps its place in the list, a node that left stays in it, marked not alive: State and
+    decisions refer to nodes by place)."""
     def phase(name: str, topo: Topology) -> None:
         if on_phase is not None:
             on_phase(name, topo)
 
     store = old.store
     generation = old.generation + 1
-    new = build_generation(plan, generation, old.nodes, old.slots, old.t0, store, old.driver_node, old.records,
+    new = build_generation(plan, generation, nodes if nodes is not None else old.nodes,
+                           slots if slots is not None else old.slots, old.t0, store, old.driver_node, old.records,
                            old.overflow, old.detached)
     try:
         new.start_actors()

@@ -221,6 +221,17 @@ class TaskBook:
                          key=lambda s: s.arrival)[:k]
         return [(s.id, round(now - s.arrival, 3)) for s in waiting]
 
+    def demand(self) -> Dict[str, list]:
+        """The Ray resources of this process's live tasks: ``held`` (submitted, not launched: the policy holds
+        them) and ``running`` (launched, not finished), each ``[[{resource: amount}, count], ...]`` -- what
+        the owner asks the autoscaler for (see :mod:`ray_adaptive.runtime.demand`)."""
+        held: Counter = Counter()
+        running: Counter = Counter()
+        for t in self.tasks.values():
+            if t.error is None and t.state.demand:
+                (running if t.launched else held)[t.state.demand] += 1
+        return {"held": [[dict(d), n] for d, n in held.items()], "running": [[dict(d), n] for d, n in running.items()]}
+
     def tally(self, group_by: Optional[str]) -> Counter:
         """Live tasks per (group -- the value of Task field ``group_by`` --, placed or not)."""
         return Counter((str(t.state.fields.get(group_by, "")) if group_by else "", t.state.node is not None)
