@@ -32,11 +32,24 @@ def test_the_controller_waits_for_the_new_size_s_table_then_switches_by_its_rule
     assert ctl.evaluate(Measurement(10.0, 240.0, nodes=12, executors=12)).reason.startswith("the compiler's choice")
     v = ctl.evaluate(Measurement(12.0, 4000.0, nodes=200, executors=200))
     assert v.switch_to is None and "estimates in use are for 12" in v.reason
-    ctl.use(big)
-    verdicts = [ctl.evaluate(Measurement(t, 4000.0, nodes=200, executors=200)) for t in (14.0, 16.0)]
-    assert verdicts[0].switch_to is None and verdicts[1].switch_to == D
-    assert verdicts[1].reason.startswith("cluster 12 -> 200 nodes; goodput:")
-    assert verdicts[1].measured["nodes"] == 200
+    ctl.use(big)  # (the first evaluation on a new size's table needs no agreement: the size is a fact)
+    v = ctl.evaluate(Measurement(14.0, 4000.0, nodes=200, executors=200))
+    assert v.switch_to == D and v.reason.startswith("cluster 12 -> 200 nodes; goodput:")
+    assert v.measured["nodes"] == 200
+
+
+def test_after_the_first_evaluation_at_a_new_size_agreement_and_dwell_stand_again():
+    ctl = Controller(_table(12, "centralized"), Settings(consecutive=2, dwell_s=5.0), "centralized", now=0.0)
+    ctl.use(_table(200, "centralized"))
+    assert ctl.evaluate(Measurement(10.0, 4000.0, nodes=200, executors=200)).switch_to is None  # (its choice)
+    ctl.use(_table(200, "decentralized"))  # (a refresh at the same size: no waiver)
+    verdicts = [ctl.evaluate(Measurement(t, 4000.0, nodes=200, executors=200)) for t in (12.0, 14.0)]
+    assert verdicts[0].switch_to is None and "1 of 2 evaluations agree" in verdicts[0].reason
+    assert verdicts[1].switch_to == D
+    ctl.switched("decentralized", 14.0)
+    ctl.use(_table(12, "centralized"))
+    v = ctl.evaluate(Measurement(16.0, 240.0, nodes=12, executors=12))
+    assert v.switch_to is None and "dwelling" in v.reason
 
 
 def test_a_switch_to_the_plan_in_force_on_new_nodes_restarts_no_dwell():

@@ -29,9 +29,13 @@ The rules (each setting of :class:`Settings`):
   when the cluster grows or shrinks, the controller keeps the plan in force
   until it is given the table for the new size (:meth:`Controller.use`),
   then applies the same rules to it -- the compiler's choice at the new size
-  and the measured load. A switch to the plan in force on new nodes (how
-  the runtime makes nodes join and leave) changes no plan: it restarts no
-  dwell.
+  and the measured load -- except agreement: the first evaluation on a new
+  size's table may switch without ``consecutive`` evaluations agreeing (a
+  size is an exact fact, not a noisy reading; waiting for three readings
+  would leave, say, 200 nodes under a selector that decides 450 tasks/s for
+  three evaluation periods). Margin, worth-it and dwell stand. A switch to
+  the plan in force on new nodes (how the runtime makes nodes join and
+  leave) changes no plan: it restarts no dwell.
 
 Example:
     >>> from ray_adaptive.plan import Plan
@@ -142,10 +146,14 @@ class Controller:
         self._streak: tuple[Optional[str], int] = (None, 0)
         self.switch_cost_s = settings.switch_cost_s
         self._size = (table.nodes, table.executors)  # the cluster's size when the plan in force was chosen
+        self._new_size = False  # the table in use is for a new size, not yet evaluated on
 
     def use(self, table: EstimateTable) -> None:
-        """Evaluate against a refreshed table from now on."""
+        """Evaluate against a refreshed table from now on (one for another size of the cluster: its first
+        evaluation needs no agreement, see the module doc)."""
         table.plan(self.current)
+        if (table.nodes, table.executors) != (self.table.nodes, self.table.executors):
+            self._new_size = True
         self.table = table
 
     def switched(self, to: str, now: float, pause_s: Optional[float] = None) -> None:
@@ -194,6 +202,7 @@ class Controller:
             self._streak = (None, 0)
             return keep(f"the cluster has {m.nodes} nodes ({m.executors} executors), the estimates in use are for "
                         f"{t.nodes} ({t.executors}): keeping the plan in force until the new size's estimates are in")
+        first_at_size, self._new_size = self._new_size, False
         if choice == self.current:
             self._streak = (None, 0)
             return keep(f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force")
@@ -207,7 +216,7 @@ class Controller:
         self._streak = (choice, count)
         if m.time - self._switched_at < s.dwell_s:
             return keep(f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the last switch)")
-        if count < s.consecutive:
+        if count < s.consecutive and not first_at_size:
             return keep(f"{why}; {count} of {s.consecutive} evaluations agree")
         if (t.nodes, t.executors) != self._size:  # the size moved since the plan in force was chosen: say so
             why = f"cluster {self._size[0]} -> {t.nodes} nodes; {why}"

@@ -123,14 +123,44 @@ class AdaptiveRun:
         self.evaluations: List[Verdict] = []
         self.unswitchable: List[Verdict] = []  # switch verdicts to a plan not given (or that cannot run here)
         self.sizes = sizes
+        self._at_event: Optional[tuple] = None  # the switch verdict a node event is carrying out (verdict, m)
         if sizes is not None:
-            sim.relower = self._relower  # (a node event: the plan in force lowered for the new size)
+            sim.relower = self._relower  # (a node event: the plan for the new size, see _relower)
+            sim.on_resize = self._resized
 
     def _relower(self, plan: LoweredPlan, nodes: int) -> LoweredPlan:
-        """``plan`` lowered for the cluster the run has now (the plan as it is if that size has no such plan)."""
+        """The plan a node event puts in force on the new nodes: the controller evaluates at once on the
+        new size's table (the size changed now: no waiting for the next period) and, if it calls for a
+        switch, that plan -- one switch, one pause; else the plan in force lowered for the new size."""
         assert self.sizes is not None
-        _, plans = self.sizes(*self.sim.size)
-        return plans.get(plan.name, plan)
+        now, s = self.sim.loop.now, self.controller.settings
+        m = measure_window(self._tasks, self._arrivals, max(0.0, now - s.window_s), now) \
+            if now >= 0.5 * s.window_s else None
+        if m is None:
+            m = Measurement(time=now, rate=0.0)
+        m = self._follow_size(m)
+        if m.rate > 0:
+            verdict = self.controller.evaluate(m)
+            self.evaluations.append(verdict)
+            if verdict.switch_to is not None and verdict.switch_to.name in self.plans:
+                self._at_event = (verdict, m)
+                return self.plans[verdict.switch_to.name]
+            if verdict.switch_to is not None:
+                self.unswitchable.append(verdict)
+        return self.plans.get(plan.name, plan)
+
+    def _resized(self, event: dict) -> None:
+        """A node event's switch happened: the controller is told of the plan it put in force."""
+        now = event["time"]
+        if self._at_event is None:
+            self.controller.switched(event["plan"], now, self.sim.resize_pause_s)
+            return
+        verdict, m = self._at_event
+        self._at_event = None
+        self.controller.switched(event["plan"], now, self.sim.resize_pause_s)
+        self._due = max(self._due, now + self.sim.resize_pause_s)
+        self.history.append(Switch(now, event["from"], event["plan"], f"{verdict.reason} (at the node event)",
+                                   m.rate, self.sim.resize_pause_s, event["undecided"], event["on_nodes"], m.nodes))
 
     def _follow_size(self, m: Measurement) -> Measurement:
         """The measurement with the run's size; that size's table and plans in use."""

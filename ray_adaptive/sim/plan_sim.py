@@ -114,7 +114,8 @@ class PlanSim:
                  resize_pause_s: float = RESIZE_PAUSE_S):
         """``events``: nodes joining and leaving during the run (:mod:`ray_adaptive.sim.membership`), each
         a live switch to the plan in force on the new nodes, pausing ``resize_pause_s``; ``relower(plan,
-        n)``: that plan lowered for n nodes (its costs; None: the plan as it is)."""
+        n)``: the plan to put in force on n nodes -- the plan in force lowered for them (its costs; None:
+        the plan as it is), or the one an adaptive controller chose at the event."""
         if validate:
             check_fields(plan.policy, scenario, source)
         check_placeable(scenario, source)  # (a task no node can take would keep the periodic events going forever)
@@ -131,6 +132,7 @@ class PlanSim:
         self.deadline, self.seed = deadline, seed
         self.relower, self.resize_pause_s = relower, resize_pause_s
         self.resizes: list[dict] = []  # each node event as it happened: time, joined, left, members, the switch
+        self.on_resize: Optional[Callable[[dict], None]] = None  # told of each node event, after its switch
         self.books = b = Books(plan.policy, scenario, seed, warmup, deadline, record_cr, cr_from, cr_every, settle,
                                joining)
         self.loop, self.cluster, self.nodes, self.tasks = b.loop, b.cluster, b.nodes, b.tasks
@@ -154,7 +156,9 @@ class PlanSim:
         info = self.switch(plan, now, self.resize_pause_s)
         self.resizes.append({"time": now, "joined": len(e.join), "left": len(e.leave), "nodes": len(b.members),
                              "executors": sum(n.executors for n in b.members), "plan": plan.name,
-                             "undecided": info["undecided"], "on_nodes": info["on_nodes"]})
+                             "undecided": info["undecided"], "on_nodes": info["on_nodes"], "from": info["from"]})
+        if self.on_resize is not None:
+            self.on_resize(self.resizes[-1])
 
     @property
     def size(self) -> tuple[int, int]:
