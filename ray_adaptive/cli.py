@@ -341,8 +341,11 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
               help="Seconds per phase of --adaptive (default 20, quick 10; with --ray quick 6).")
 @click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
               help="Seconds a switch of --adaptive pauses the schedulers (default 0.1).")
+@click.option("--scale-out", is_flag=True,
+              help="With --adaptive: the scale-out experiment, 12 -> 200 -> 12 nodes (quick: 4 -> 24 -> 4) with "
+                   "the rate following the size, adaptive vs every static plan (simulated).")
 def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes, adaptive, phase_s,
-              switch_pause) -> None:
+              switch_pause, scale_out) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
@@ -350,6 +353,8 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
 
     if nodes is not None and not on_ray:
         _fail("error: --nodes is for --ray (the simulated experiment has the paper's 12 nodes)")
+    if scale_out and on_ray:
+        _fail("error: --scale-out is simulated: not --ray")
     if adaptive and on_ray:
         from ray_adaptive.experiments.adaptive_ray import reproduce_adaptive_ray
 
@@ -371,8 +376,21 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
                       rates=rates, echo=click.echo)
         return
 
-    if not adaptive and (phase_s is not None or switch_pause is not None):
-        _fail("error: --phase and --switch-pause are for --adaptive")
+    if not adaptive and (phase_s is not None or switch_pause is not None or scale_out):
+        _fail("error: --phase, --switch-pause and --scale-out are for --adaptive")
+    if adaptive and scale_out:
+        from ray_adaptive.experiments.scale_out import reproduce_scale_out
+
+        if rates or seconds:
+            _fail("error: --scale-out runs its own phases (--phase sets their length), not --rates / --seconds")
+        try:
+            reproduce_scale_out(out_dir if out_dir != "out/reproduce" else "out/reproduce_scale_out", quick=quick,
+                                phase_s=phase_s, seed=seed, pause_s=switch_pause, echo=click.echo)
+        except (RayAdaptiveError, ValueError) as err:
+            _fail(f"error: {err}")
+        except OSError as err:
+            _fail(f"error: {err.filename or out_dir}: cannot write the results: {describe_os_error(err)}")
+        return
     if adaptive:
         from ray_adaptive.experiments.reproduce import reproduce_adaptive
 

@@ -15,7 +15,10 @@ the sweep:
 
 ``reproduce --adaptive`` (:func:`reproduce_adaptive`) runs the same workload
 on a rate that changes -- low, above the crossover, far above, low again --
-under the adaptive controller and under each of the three plans, per phase.
+under the adaptive controller and under each of the three plans, per phase;
+``reproduce --adaptive --scale-out`` (:func:`~ray_adaptive.experiments.scale_out.reproduce_scale_out`)
+on a cluster that grows and shrinks (12 -> 200 -> 12 nodes) with the rate
+following its size, adaptive against every static plan.
 
 Out come a CSV of every run, four PNG figures (goodput vs rate, JFI vs rate
 -- the paper's Figure 2; estimated vs simulated goodput, competitive ratio
