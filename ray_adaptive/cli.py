@@ -376,8 +376,10 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
                       rates=rates, echo=click.echo)
         return
 
-    if not adaptive and (phase_s is not None or switch_pause is not None or scale_out):
-        _fail("error: --phase, --switch-pause and --scale-out are for --adaptive")
+    if not adaptive and (phase_s is not None or switch_pause is not None):
+        _fail("error: --phase and --switch-pause are for --adaptive")
+    if scale_out and not adaptive:
+        _fail("error: --scale-out is for --adaptive (reproduce --adaptive --scale-out)")
     if adaptive and scale_out:
         from ray_adaptive.experiments.scale_out import reproduce_scale_out
 

@@ -28,6 +28,6 @@ def test_the_adaptive_run_keeps_up_with_the_best_static_plan_as_the_cluster_scal
 
 def test_the_command_refuses_scale_out_without_adaptive_or_on_ray():
     r = CliRunner().invoke(main, ["reproduce", "--scale-out"])
-    assert r.exit_code != 0 and "--scale-out are for --adaptive" in r.output
+    assert r.exit_code != 0 and "--scale-out is for --adaptive" in r.output
     r = CliRunner().invoke(main, ["reproduce", "--adaptive", "--scale-out", "--ray"])
     assert r.exit_code != 0 and "--scale-out is simulated" in r.output
