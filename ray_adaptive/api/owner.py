@@ -73,7 +73,7 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
 
     nodes = policy_nodes(p, o.executors, o.queue, o.node_fields if o.node_fields is not None else {})  # (checked there)
     if o.adapt is not None and o.adapt.table is not None:
-        _check_table(o.adapt.table, p.name, len(nodes))
+        _check_table(o.adapt.table, p.name, sum(1 for n in nodes if n.runs_tasks))  # (as the compiler counts)
     analysis = analyze(p)
     if not any(n.runs_tasks for n in nodes):
         raise RuntimeError(f"policy {p.name!r}: no node of the cluster has a CPU to run a task on "
