@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from ray_adaptive.dsl import format_policy, ir, parse_policy, policy_path, shipped_policies
-from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, TASK_ATTRIBUTES
+from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, TASK_ATTRIBUTES, VICTIM_ATTRIBUTES
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.errors import PolicyError
 
@@ -167,7 +167,7 @@ CASES = [
         SCORE,
         "  return 0",
         "OnDispatch(task, node): [limit=2]",
-        "  pass"), 3, 25, "section", "only Score takes an annotation like [limit=1.2]; found one on 'OnDispatch'"),
+        "  pass"), 3, 25, "section", "only Score and Preempt take annotations ([limit=1.2], [grace=2, max=1]); found one on 'OnDispatch'"),
     case("missing-score", P(
         "Task:",
         "  tenant: string"), 2, 1, "section", "missing section 'Score(task, node):'"),
@@ -311,14 +311,14 @@ CASES = [
         SCORE,
         "  return 0",
         "OnArrival(task):",
-        "  x = node.id"), 4, 7, "no-node", "OnArrival(task) has no node; 'node' is only available in Score, OnDispatch and OnFinish"),
+        "  x = node.id"), 4, 7, "no-node", "OnArrival(task) has no node; 'node' is only available in Score, OnDispatch and OnFinish (and Preempt, OnPreempt)"),
     case("get-load-in-onarrival", P(
         "State:",
         "  n: int",
         SCORE,
         "  return 0",
         "OnArrival(task):",
-        "  n = get_load(node)"), 6, 16, "no-node", "get_load(node) is only available in Score, OnDispatch and OnFinish"),
+        "  n = get_load(node)"), 6, 16, "no-node", "get_load(node) is only available in Score, OnDispatch and OnFinish (and Preempt, OnPreempt)"),
     case("used-before-assigned", P(
         SCORE,
         "  if task.arrival > 1:",
@@ -700,7 +700,8 @@ def test_escape_attempts_are_rejected_at_check_time(text):
 def test_the_whitelist_is_exactly_this():
     """Growing the language's reach (a new built-in or attribute) must be a deliberate change."""
     assert set(BUILTINS) == {"abs", "get_load", "len", "log", "max", "min", "now", "num_nodes", "sqrt", "sum"}
-    assert set(TASK_ATTRIBUTES) == {"id", "arrival"}
+    assert set(TASK_ATTRIBUTES) == {"id", "arrival", "waited"}  # waited: now() - arrival (issue 39, aging)
+    assert set(VICTIM_ATTRIBUTES) == {"started", "preemptions"}  # Preempt's victim, besides the task's (issue 39)
     assert set(NODE_ATTRIBUTES) == {"id", "index", "executors", "queue", "resources", "available"}
 
 

@@ -16,7 +16,20 @@ from ray_adaptive.dsl.ir import FLOAT, INT, STRING, Type, map_of, vec
 TASK_ATTRIBUTES: dict[str, Type] = {
     "id": STRING,  # the task's id
     "arrival": FLOAT,  # when it reached the scheduler (seconds)
+    # seconds since it reached the scheduler: the checker reads `task.waited` as `now() - task.arrival`
+    # (a preempted task keeps its arrival, so its age runs on: see docs/language.md, Preemption)
+    "waited": FLOAT,
 }
+
+#: What a task stands for in ``Preempt(task, victim, node)`` besides its fields: the running task.
+VICTIM_ATTRIBUTES: dict[str, Type] = {
+    "started": FLOAT,  # when its current run started: now() - victim.started is the work a preemption wastes
+    "preemptions": INT,  # times it has been preempted before
+}
+
+#: What the checker reads ``obj.waited`` as: ``now() - obj.arrival`` (sugar, so every later stage -- the
+#: compiler's Score split, the runtime -- sees only the clock and the arrival it already knows).
+WAITED = "waited"
 
 #: Attributes every node has, besides the fields its policy declares in ``Node:``.
 NODE_ATTRIBUTES: dict[str, Type] = {

@@ -22,6 +22,7 @@ boundary every policy crosses: what is accepted is read here, in one place.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import math
 import re
@@ -29,14 +30,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from ray_adaptive.dsl import ir
-from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, NODE_HIDDEN, TASK_ATTRIBUTES
+from ray_adaptive.dsl.builtins import BUILTINS, NODE_ATTRIBUTES, NODE_HIDDEN, TASK_ATTRIBUTES, VICTIM_ATTRIBUTES, WAITED
 from ray_adaptive.dsl.ir import BOOL, FLOAT, INT, STRING, Loc, Type
 from ray_adaptive.dsl.limits import F_STRINGS, INT_MAX, INT_MIN
 from ray_adaptive.dsl.parser import FUNCTION_PARAMS, Decl, SourcePolicy
 from ray_adaptive.errors import PolicyError
 
 _CONSTANT_NAMES = {"inf": (math.inf, FLOAT), "true": (True, BOOL), "false": (False, BOOL)}
-_RESERVED = {"task", "node", *(_CONSTANT_NAMES), *BUILTINS}
+_RESERVED = {"task", "node", "victim", *(_CONSTANT_NAMES), *BUILTINS}
+#: The functions that return a value (and so may not change State): the others are hooks.
+_SCORING = ("Score", "Preempt")
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Mod: "%"}
 _COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 # what a local may be called: the generated hooks name it v_<name>, and their audit accepts ASCII only
@@ -189,9 +192,11 @@ class _Expressions:
             return ir.Const(value, t, loc)
         if n in ("True", "False"):
             return ir.Const(n == "True", BOOL, loc)
-        if n in ("task", "node"):
+        if n in ("task", "node", "victim"):
             if n == "node":
                 self.need_node(e, scope, "'node'")
+            if n == "victim":
+                self.need_victim(e, scope)
             if scope.function == "State":
                 self.error(e, f"an initial value cannot read '{n}'", "name")
             self.error(e, f"'{n}' is a record; read one of its fields, e.g. {n}.id", "type")
@@ -202,23 +207,38 @@ class _Expressions:
         self.error(e, f"unknown name '{n}'{did_you_mean(n, known)}{hint}", "name")
 
     def _attribute(self, e: ast.Attribute, scope: _Scope, expected) -> ir.Expr:
-        if not (isinstance(e.value, ast.Name) and e.value.id in ("task", "node")):
+        if not (isinstance(e.value, ast.Name) and e.value.id in ("task", "node", "victim")):
             self.error(e, "attributes can only be read from task and node (e.g. task.tenant, node.id)", "unsupported")
         obj = e.value.id
         if obj == "node":
             self.need_node(e.value, scope, "'node'")
+        if obj == "victim":
+            self.need_victim(e.value, scope)
         if scope.function == "State":
             self.error(e, f"an initial value cannot read '{obj}'", "name")
-        fields = self.names.task_fields if obj == "task" else self.names.node_fields
+        fields = self.names.node_fields if obj == "node" else self.names.task_fields
+        if obj == "victim":
+            fields = {**fields, **VICTIM_ATTRIBUTES}
         if e.attr not in fields:
             at = Loc(self.names.src.file, e.end_lineno, e.end_col_offset - len(e.attr) + 1)  # the field name
             self.error(at, f"{obj} has no field '{e.attr}'{did_you_mean(e.attr, fields)}; its fields are {', '.join(sorted(fields))}", "name")
-        return ir.FieldRef(obj, e.attr, fields[e.attr], self.loc(e))
+        loc = self.loc(e)
+        if obj != "node" and e.attr == WAITED:  # sugar: the age of the task, see builtins.WAITED
+            now = ir.Call("now", (), FLOAT, loc)
+            return ir.Binary("-", now, ir.FieldRef(obj, "arrival", FLOAT, loc), FLOAT, loc)
+        return ir.FieldRef(obj, e.attr, fields[e.attr], loc)
+
+    def need_victim(self, node: ast.AST, scope: _Scope) -> None:
+        if "victim" not in scope.params:
+            where = "a State initial value" if scope.function == "State" else scope.function
+            self.error(node, f"{where} has no victim; 'victim' (the running task a waiting one would displace) "
+                             "is only available in Preempt(task, victim, node)", "name")
 
     def need_node(self, node: ast.AST, scope: _Scope, what: str) -> None:
         if "node" not in scope.params:
             where = "a State initial value" if scope.function == "State" else f"{scope.function}(task)"
-            self.error(node, f"{where} has no node; {what} is only available in Score, OnDispatch and OnFinish", "no-node")
+            self.error(node, f"{where} has no node; {what} is only available in Score, OnDispatch and OnFinish "
+                             "(and Preempt, OnPreempt)", "no-node")
 
     # -- operations
     def _subscript(self, e: ast.Subscript, scope: _Scope, expected) -> ir.Expr:
@@ -426,14 +446,15 @@ class _Statements:
         return ir.If(test, body, orelse, self.loc(s))
 
     def _return(self, s: ast.Return, scope: _Scope) -> ir.Stmt:
-        if scope.function != "Score":
-            self.error(s, f"{scope.function} is a hook and returns no value; only Score returns a score", "structure")
+        if scope.function not in _SCORING:
+            self.error(s, f"{scope.function} is a hook and returns no value; only Score and Preempt return a score",
+                       "structure")
         if s.value is None:
             self.error(s, "expected 'return <score>' with a number", "structure")
         value = self.exprs.check(s.value, scope)
         if not value.type.is_numeric:
             hint = "; reduce it with max(), min() or sum()" if value.type.kind == "vec" else ""
-            self.error(s.value, f"Score must return a number, found {value.type}{hint}", "type")
+            self.error(s.value, f"{scope.function} must return a number, found {value.type}{hint}", "type")
         return ir.Return(value, self.loc(s))
 
     def _pass(self, s: ast.Pass, scope: _Scope) -> ir.Stmt:
@@ -497,8 +518,9 @@ class _Statements:
         return index
 
     def _state_writable(self, node: ast.AST, scope: _Scope, name: str) -> None:
-        if scope.function == "Score":
-            self.error(node, f"Score must not change state ('{name}'); update it in OnArrival, OnDispatch or OnFinish", "readonly")
+        if scope.function in _SCORING:
+            self.error(node, f"{scope.function} must not change state ('{name}'); update it in OnArrival, OnDispatch "
+                             "or OnFinish", "readonly")
 
     def _check_store(self, node, dst: Type, value: Type, op: Optional[str], name: str) -> None:
         result = value
@@ -528,8 +550,27 @@ class _Declarations:
         node = self._fields(sections.get("Node"), NODE_ATTRIBUTES, self.names.node_fields, NODE_HIDDEN)
         state = self._state(sections.get("State"))
         score = self._function(sections["Score"])
-        hooks = tuple(self._function(sections[h]) for h in ("OnArrival", "OnDispatch", "OnFinish") if h in sections)
-        return ir.Policy(self.name, task, node, state, score, hooks, file=self.src.file)
+        hooks = tuple(self._function(sections[h]) for h in ("OnArrival", "OnDispatch", "OnFinish", "OnPreempt")
+                      if h in sections)
+        preempt = self._preempt(sections.get("Preempt"), sections.get("OnPreempt"))
+        return ir.Policy(self.name, task, node, state, score, hooks, file=self.src.file, preempt=preempt)
+
+    def _preempt(self, section, on_preempt) -> Optional[ir.Function]:
+        """``Preempt(task, victim, node): [grace=S, max=K]``: a grace is required (how long a victim runs on
+        is a promise to its user, not a default to overlook); ``max`` defaults to 1."""
+        if section is None:
+            if on_preempt is not None:
+                self.error(on_preempt.loc, "OnPreempt runs only when a task is preempted, and this policy never "
+                                           "preempts; add a Preempt(task, victim, node) section or remove OnPreempt",
+                           "structure")
+            return None
+        if "grace" not in section.annotations:
+            self.error(section.loc, "Preempt needs a grace period: write 'Preempt(task, victim, node): "
+                                    "[grace=SECONDS]' (how long a victim runs on once chosen; 0 stops it at once)",
+                       "structure")
+        fn = self._function(section)
+        return dataclasses.replace(fn, grace=float(section.annotations["grace"]),
+                                   max_preemptions=int(section.annotations.get("max", 1)))
 
     def _fields(self, section, builtin: dict[str, Type], out: dict[str, Type],
                 hidden: dict[str, str] = {}) -> tuple[ir.FieldDecl, ...]:  # noqa: B006 -- read only
@@ -568,9 +609,10 @@ class _Declarations:
     def _function(self, section) -> ir.Function:
         scope = _Scope(section.name, FUNCTION_PARAMS[section.name])
         body = self.stmts.block(section.body, scope)
-        if section.name == "Score" and not _always_returns(body):
+        if section.name in _SCORING and not _always_returns(body):
             last = section.body[-1]
-            self.error(last, "Score must end in a return on every path; expected 'return <score>'", "structure")
+            self.error(last, f"{section.name} must end in a return on every path; expected 'return <score>'",
+                       "structure")
         return ir.Function(section.name, scope.params, body, section.limit, section.loc)
 
 

@@ -34,7 +34,7 @@ import operator
 import re
 import tokenize
 from functools import reduce
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 import numpy as np
 
@@ -294,7 +294,7 @@ def hook_source(hook: ir.Function) -> str:
 
 
 _WORDS = frozenset({"def", "if", "else", "pass", "len", "task", "node", "state", "now", "num_nodes", "fields", "_j", "None",
-                    "OnArrival", "OnDispatch", "OnFinish", *_TASK_ATTRIBUTES, *_NODE_ATTRIBUTES, *_RUNTIME})
+                    "OnArrival", "OnDispatch", "OnFinish", "OnPreempt", *_TASK_ATTRIBUTES, *_NODE_ATTRIBUTES, *_RUNTIME})
 _MADE = re.compile(r"v_\w+|_[kt]\d+")  # a DSL local; a constant; a temporary
 
 

@@ -76,6 +76,17 @@ class NodeView(Protocol):
     def load(self) -> int: ...
 
 
+class VictimView(Protocol):
+    """What the interpreter reads of a running task in ``Preempt(task, victim, node)``."""
+
+    id: str
+    arrival: float
+    fields: dict
+    started: float  # when its current run started
+    preemptions: int  # times it was preempted before
+    node: Any  # the NodeView it runs on
+
+
 
 @dataclass
 class _Env:
@@ -88,6 +99,7 @@ class _Env:
     columns: dict = field(default_factory=dict)
     ret: Any = None
     done: Any = False
+    victims: Sequence[Any] = ()  # Preempt's running tasks, one per column (``nodes`` holds their nodes)
 
 
 class _Compiler:
@@ -120,7 +132,7 @@ class _Compiler:
 
     def _fieldref(self, e: ir.FieldRef):
         key = (e.obj, e.name)
-        build = self._task_column if e.obj == "task" else self._node_column
+        build = {"task": self._task_column, "node": self._node_column, "victim": self._victim_column}[e.obj]
         name, t = e.name, e.type
 
         def get(env: _Env):
@@ -155,6 +167,14 @@ class _Compiler:
         else:
             values = [x.fields[name] for x in tasks]
         return self._column(values, t, (len(tasks), 1), f"task field '{name}'", [x.id for x in tasks])
+
+    def _victim_column(self, env: _Env, name: str, t: ir.Type):
+        victims = env.victims
+        if name in ("id", "arrival", "started", "preemptions"):
+            values = [getattr(v, name) for v in victims]
+        else:
+            values = [v.fields[name] for v in victims]
+        return self._column(values, t, (1, len(victims)), f"victim field '{name}'", [v.id for v in victims])
 
     def _node_column(self, env: _Env, name: str, t: ir.Type):
         nodes = env.nodes
@@ -442,7 +462,8 @@ def _program(policy: ir.Policy) -> tuple:
     c = _Compiler(policy)
     lengths = vec_lengths(policy)
     program = (c.block(policy.score.body), {h.name: compile_hook(h, lengths) for h in policy.hooks},
-               {d.name: c.expr(d.init) for d in policy.state if d.init is not None})
+               {d.name: c.expr(d.init) for d in policy.state if d.init is not None},
+               c.block(policy.preempt.body) if policy.preempt is not None else None)
     with _PROGRAMS_LOCK:
         if len(_PROGRAMS) >= _PROGRAMS_MAX:
             _PROGRAMS.pop(next(iter(_PROGRAMS)))  # the oldest
@@ -469,7 +490,7 @@ class Interpreter:
     def __init__(self, policy: ir.Policy, num_nodes: int = 0):
         self.policy = policy
         self.num_nodes = num_nodes
-        self._score, self._hooks, inits = _program(policy)
+        self._score, self._hooks, inits, self._preempt = _program(policy)
         self.state: dict = {}
         empty = _Env((), (), {}, 0.0, num_nodes)
         with np.errstate(all="ignore"):
@@ -497,6 +518,24 @@ class Interpreter:
                 raise _in(err, "Score") from None
             out = np.empty(shape)
             out[...] = env.ret  # broadcast and cast to float in one step
+        np.copyto(out, math.inf, where=np.isnan(out))
+        return out
+
+    def preempt_matrix(self, tasks: Sequence[TaskView], victims: Sequence["VictimView"], now: float = 0.0) -> np.ndarray:
+        """``Preempt(task, victim, node)`` of every (waiting task, running victim) pair, ``node`` being the
+        victim's, as a float array of shape (len(tasks), len(victims)); NaN as ``inf`` (not allowed).
+        All inf when the policy has no Preempt section."""
+        shape = (len(tasks), len(victims))
+        if self._preempt is None or 0 in shape:
+            return np.full(shape, math.inf)
+        env = _Env(tasks, [v.node for v in victims], self.state, now, self.num_nodes, victims=victims)
+        with np.errstate(all="ignore"):
+            try:
+                self._preempt(env, None)
+            except PolicyRuntimeError as err:
+                raise _in(err, "Preempt") from None
+            out = np.empty(shape)
+            out[...] = env.ret
         np.copyto(out, math.inf, where=np.isnan(out))
         return out
 

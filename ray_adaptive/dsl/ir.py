@@ -331,11 +331,13 @@ class StateDecl:
 class Function:
     """Score or a hook: its name, parameters (``task``[, ``node``]) and body."""
 
-    name: str  # "Score" | "OnArrival" | "OnDispatch" | "OnFinish"
+    name: str  # "Score" | "Preempt" | "OnArrival" | "OnDispatch" | "OnFinish" | "OnPreempt"
     params: tuple[str, ...]
     body: tuple[Stmt, ...]
     limit: Optional[float] = None  # Score only: the competitive-ratio limit
     loc: Loc = _loc()
+    grace: Optional[float] = None  # Preempt only: seconds a victim runs on once chosen
+    max_preemptions: Optional[int] = None  # Preempt only: times one task may be preempted
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,8 @@ class Policy:
     score: Function
     hooks: tuple[Function, ...] = ()
     file: str = field(default="<policy>", compare=False)
+    #: ``Preempt(task, victim, node)``: which running task a waiting one may displace (None: it never does)
+    preempt: Optional[Function] = None
 
     def hook(self, name: str) -> Optional[Function]:
         """The hook called ``name`` (``"OnArrival"``, ...), or None if the policy has none."""

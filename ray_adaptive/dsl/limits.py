@@ -33,6 +33,7 @@ from typing import Iterator, Optional
 from ray_adaptive.errors import PolicyError
 
 __all__ = ["MAX_POLICY_BYTES", "MAX_STATEMENTS", "MAX_DEPTH", "MAX_TOKENS", "MAX_STRING_CHARS", "MAX_MAP_KEYS",
+           "MAX_GRACE_S", "MAX_PREEMPTIONS",
            "INT_MIN", "INT_MAX", "check_file_size", "Budget", "scan", "check_depth", "limit_error"]
 
 #: A policy file's size in bytes (UTF-8). The shipped policies are under 2 KB.
@@ -52,6 +53,10 @@ MAX_TOKENS = 10_000
 MAX_STRING_CHARS = 100_000
 #: Keys of one State map; a hook adding a key beyond it stops the policy.
 MAX_MAP_KEYS = 1_000_000
+#: Preempt's ``[grace=S]``: seconds a victim runs on once chosen (an hour: far above YARN's 15 s default).
+MAX_GRACE_S = 3600.0
+#: Preempt's ``[max=K]``: times one task may be preempted; with it a run's preemptions are at most K per task.
+MAX_PREEMPTIONS = 100
 #: ``int`` is 64-bit: literals outside this range are errors, arithmetic wraps around.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 

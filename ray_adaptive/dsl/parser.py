@@ -37,9 +37,22 @@ FUNCTION_PARAMS = {
     "OnArrival": ("task",),
     "OnDispatch": ("task", "node"),
     "OnFinish": ("task", "node"),
+    "Preempt": ("task", "victim", "node"),
+    "OnPreempt": ("task", "node"),
 }
 SECTIONS = DECL_SECTIONS + tuple(FUNCTION_PARAMS)
-_EXPECTED_SECTIONS = "Task:, Node:, State:, Score(task, node):, OnArrival(task):, OnDispatch(task, node): or OnFinish(task, node):"
+_EXPECTED_SECTIONS = ("Task:, Node:, State:, Score(task, node):, OnArrival(task):, OnDispatch(task, node):, "
+                      "OnFinish(task, node):, Preempt(task, victim, node): or OnPreempt(task, node):")
+
+#: The annotations a section takes (``Score(task, node): [limit=1.2]``), each with its range:
+#: (low, high, integer?, what it is). Preempt's are its safety rules (docs/language.md, Preemption).
+ANNOTATIONS: dict[str, dict[str, tuple[float, float, bool, str]]] = {
+    "Score": {"limit": (1.0, math.inf, False, "the competitive-ratio limit")},
+    "Preempt": {
+        "grace": (0.0, limits.MAX_GRACE_S, False, "seconds a victim runs on once chosen"),
+        "max": (1.0, limits.MAX_PREEMPTIONS, True, "times one task may be preempted"),
+    },
+}
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -61,6 +74,7 @@ class Section:
     loc: Loc
     params: tuple[str, ...] = ()
     limit: Optional[float] = None
+    annotations: dict[str, float] = field(default_factory=dict)  # e.g. Preempt's grace and max
     decls: list[Decl] = field(default_factory=list)
     body: list[ast.stmt] = field(default_factory=list)
 
@@ -230,30 +244,53 @@ def _parse_header(cur: _Cursor, seen: dict[str, Section]) -> Section:
         cur.error(f"section '{name}' takes no parameters; expected '{name}:'", kind="section")
     cur.expect(":", f"after section header '{name}'")
     if cur.peek() == "[":
-        ann_pos = cur.pos
-        if name != "Score":
-            cur.error(f"only Score takes an annotation like [limit=1.2]; found one on '{name}'", kind="section")
-        cur.pos += 1
-        key = cur.ident("'limit' in [limit=...]")
-        if key != "limit":
-            cur.error(f"unknown annotation '{key}'; expected [limit=NUMBER]", cur.pos - len(key), kind="section")
-        cur.expect("=", "after 'limit'")
-        cur.skip_ws()
-        num = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?").match(cur.text, cur.pos)
-        if not num:
-            cur.error(f"expected a number after 'limit=', found {cur.found()}")
-        section.limit = float(num.group())
-        if not section.limit < math.inf:
-            cur.error(f"limit must be a finite number, found {num.group()}; leave [limit=...] out for no limit",
-                      cur.pos, kind="type")
-        if section.limit < 1.0:
-            cur.error(f"limit is a competitive ratio and must be >= 1, found {num.group()}", cur.pos, kind="type")
-        cur.pos = num.end()
-        cur.expect("]", "to close [limit=...]")
-        del ann_pos
+        _parse_annotations(cur, section)
     if not cur.at_end():
         cur.error(f"expected end of line after '{name}' header, found {cur.found()}")
     return section
+
+
+def _parse_annotations(cur: _Cursor, section: Section) -> None:
+    """``[key=NUMBER, ...]`` after a header: each key one the section takes (:data:`ANNOTATIONS`), in its range."""
+    name = section.name
+    allowed = ANNOTATIONS.get(name)
+    if allowed is None:
+        cur.error(f"only Score and Preempt take annotations ([limit=1.2], [grace=2, max=1]); found one on '{name}'",
+                  kind="section")
+    wanted = ", ".join(f"{k}=NUMBER" for k in allowed)
+    cur.pos += 1
+    while True:
+        key_pos = cur.pos + len(cur.text[cur.pos:]) - len(cur.text[cur.pos:].lstrip(" \t"))
+        key = cur.ident(f"an annotation of {name} ([{wanted}])")
+        if key not in allowed:
+            cur.error(f"unknown annotation '{key}'; expected [{wanted}]", key_pos, kind="section")
+        if key in section.annotations:
+            cur.error(f"annotation '{key}' given twice", key_pos, kind="section")
+        cur.expect("=", f"after '{key}'")
+        cur.skip_ws()
+        num_pos = cur.pos
+        num = re.compile(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?").match(cur.text, cur.pos)
+        if not num:
+            cur.error(f"expected a number after '{key}=', found {cur.found()}")
+        value = float(num.group())
+        low, high, integer, what = allowed[key]
+        if key == "limit" and not value < math.inf:
+            cur.error(f"limit must be a finite number, found {num.group()}; leave [limit=...] out for no limit",
+                      num_pos, kind="type")
+        if key == "limit" and value < low:
+            cur.error(f"limit is a competitive ratio and must be >= 1, found {num.group()}", num_pos, kind="type")
+        if integer and value != int(value):
+            cur.error(f"{key} ({what}) must be a whole number, found {num.group()}", num_pos, kind="type")
+        if not low <= value <= high:
+            cur.error(f"{key} ({what}) must be in [{low:g}, {high:g}], found {num.group()}", num_pos, kind="type")
+        section.annotations[key] = int(value) if integer else value
+        cur.pos = num.end()
+        if cur.peek() != ",":
+            break
+        cur.pos += 1
+    cur.expect("]", f"to close [{', '.join(f'{k}=...' for k in allowed)}]")
+    if name == "Score":
+        section.limit = section.annotations["limit"]
 
 
 def _parse_decl(cur: _Cursor, section: Section, budget: limits.Budget) -> Decl:

@@ -98,6 +98,15 @@ def _format_block(stmts, indent: str) -> list[str]:
     return lines
 
 
+def _annotations(fn: ir.Function) -> str:
+    """`` [limit=1.2]`` of a Score, `` [grace=2.0, max=1]`` of a Preempt, else ``""``."""
+    if fn.limit is not None:
+        return f" [limit={fn.limit!r}]"
+    if fn.grace is not None:
+        return f" [grace={fn.grace!r}, max={fn.max_preemptions!r}]"
+    return ""
+
+
 def format_policy(policy: ir.Policy) -> str:
     """The policy as DSL text (comments are not kept)."""
     out: list[str] = []
@@ -110,9 +119,9 @@ def format_policy(policy: ir.Policy) -> str:
             init = f" = {format_expr(d.init)}" if d.init is not None else ""
             out.append(f"  {d.name}: {d.type}{init}")
         out.append("")
-    for fn in (policy.score, *policy.hooks):
-        limit = f" [limit={fn.limit!r}]" if fn.limit is not None else ""
-        out.append(f"{fn.name}({', '.join(fn.params)}):{limit}")
+    preempt = (policy.preempt,) if policy.preempt is not None else ()
+    for fn in (policy.score, *preempt, *policy.hooks):
+        out.append(f"{fn.name}({', '.join(fn.params)}):{_annotations(fn)}")
         out += _format_block(fn.body, "  ")
         out.append("")
     return "\n".join(out)

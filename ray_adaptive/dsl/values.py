@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any, List, Optional
 
