@@ -52,6 +52,7 @@ __all__ = [
     *_DSL_EXPORTS,
     *_RESOURCE_EXPORTS,
     *_API_EXPORTS,
+    "audit",
 ]
 
 
@@ -64,6 +65,10 @@ def __getattr__(name: str):
         from ray_adaptive import api
 
         return getattr(api, name)
+    if name == "audit":  # (the State audit: see ray_adaptive.runtime.audit)
+        from ray_adaptive.runtime.audit import audit
+
+        return audit
     if name in _DSL_EXPORTS:
         from ray_adaptive import dsl
 

@@ -477,20 +477,40 @@ def stop(policy, address) -> None:
 @click.argument("policy", required=False)
 @click.option("--address", default=None, help="The Ray cluster (default: auto, the one this machine runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def status(policy, address, as_json) -> None:
+@click.option("--audit", "audit", is_flag=True,
+              help="Check POLICY's State against the tasks in flight (exit 1 if not exact; see docs/operations.md).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.0), default=10.0, show_default=True,
+              help="With --audit: how long to read again while tasks move, in seconds.")
+def status(policy, address, as_json, audit, timeout_s) -> None:
     """Every policy runtime on the cluster (or POLICY's): plan, actors, slots, tenants, latency."""
-    from ray_adaptive.status import connect, describe, format_status, runtimes
+    from ray_adaptive.status import audit as audit_state
+    from ray_adaptive.status import connect, describe, format_audit, format_status, runtimes
 
+    if audit and not policy:
+        _fail("error: --audit checks one runtime: give its POLICY (ray-adaptive status lists them)")
     try:
         connect(address)
-        names = [policy] if policy else runtimes()
-        if not names:
-            _fail("no ray-adaptive runtime runs on this cluster (start one with ra.start(...))")
-        found = [describe(n) for n in names]
+        if audit:
+            report = audit_state(policy, timeout_s)
+        else:
+            names = [policy] if policy else runtimes()
+            if not names:
+                _fail("no ray-adaptive runtime runs on this cluster (start one with ra.start(...))")
+            found = [describe(n) for n in names]
     except RayAdaptiveError as err:
         _fail(f"error: {err}")
+    if audit:
+        click.echo(json.dumps(report, default=_jsonable) if as_json else format_audit(report))
+        if not report["exact"]:
+            sys.exit(1)
+        return
     click.echo(json.dumps(found if not policy else found[0], default=str) if as_json
                else "\n\n".join(format_status(d) for d in found))
+
+
+def _jsonable(v):
+    """numpy values as JSON lists and numbers; anything else as its text."""
+    return v.tolist() if hasattr(v, "tolist") else str(v)
 
 
 @main.command()

@@ -7,7 +7,9 @@ run, each node's slot resource (capacity, in use), per tenant (or the
 runtime's ``group_by`` field) the tasks pending, running, finished and dropped
 and the goodput of the last 10 s, the adaptive controller's estimate against
 the measured load, and the decision latency; ``why`` asks the process that
-submitted a task why it waits, or why it landed where it did.
+submitted a task why it waits, or why it landed where it did; ``status POLICY
+--audit`` checks the State in force against the tasks in flight (see
+:mod:`ray_adaptive.runtime.audit`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from ray_adaptive.errors import RayAdaptiveError
 from ray_adaptive.monitor import percentiles
 from ray_adaptive.runtime.topology import NAMESPACE
 
-__all__ = ["StatusError", "connect", "runtimes", "describe", "format_status", "why", "format_why"]
+__all__ = ["StatusError", "connect", "runtimes", "describe", "format_status", "why", "format_why", "audit",
+           "format_audit"]
 
 _STORE = re.compile(r"^ra-(.+)-store$")
 
@@ -275,6 +278,20 @@ def why(policy: str, task_id: str, timeout_s: float = 10.0) -> dict:
     import ray
 
     return ray.get(_store(policy).ask.remote(task_id, timeout_s), timeout=timeout_s + 30)
+
+
+def audit(policy: str, timeout_s: float = 10.0) -> dict:
+    """The State audit of ``policy``'s runtime (see :mod:`ray_adaptive.runtime.audit`), as data: what
+    ``status POLICY --audit`` prints."""
+    from ray_adaptive.runtime.audit import audit_store
+
+    return audit_store(_store(policy), timeout_s).as_dict()
+
+
+def format_audit(report: dict) -> str:
+    from ray_adaptive.runtime.audit import AuditReport
+
+    return AuditReport(**report).format()
 
 
 def format_why(answer: dict) -> str:

@@ -105,3 +105,59 @@ def test_a_generation_abandoned_leaves_no_actor_and_no_name(ray_cluster):
     finally:
         ra.shutdown()
     assert resources.created_resources() == {}
+
+
+def test_a_node_that_dies_while_a_switch_builds_its_generation_loses_nothing(ray_cluster, tmp_path):
+    """The node leaves after the next generation's actors started on it (the ``built`` phase), before any
+    process froze: the switch completes on what is left (or rolls back, saying so); every task runs once
+    (but Ray's retry of one running on the node that left), the State audits exact once the load stops, and
+    the next switch works."""
+    extra = ray_cluster.cluster.add_node(num_cpus=2)
+    ray_cluster.cluster.wait_for_nodes()
+    rt = ra.start("drf_lb", plan="decentralized", executors=1, queue=2)
+    fn = ra.policy("drf_lb")(marked).options(task={"tenant": "a", "resource_vec": VEC})
+    stop, refs, removed = threading.Event(), [], []
+
+    def submit():
+        i = 0
+        while not stop.is_set():
+            refs.append(fn.remote(str(tmp_path), i))
+            i += 1
+
+    def on_phase(name, topo):
+        if name == "built" and not removed:  # the hybrid's placement actors run, one of them on `extra`
+            assert _exists(actor_name("drf_lb", "placement-0", topo.generation))
+            removed.append(extra.node_id)
+            ray_cluster.cluster.remove_node(extra)
+
+    submitter = threading.Thread(target=submit, daemon=True)
+    submitter.start()
+    try:
+        wait_for(lambda: len(refs) >= 20, timeout=30, message="tasks under way")
+        entry = rt.switch("hybrid", _on_phase=on_phase)
+        assert removed == [extra.node_id]
+        assert rt.plan.name.startswith("decentralized" if "rolled_back" in entry else "hybrid"), (entry, rt.plan)
+        seen = len(refs)
+        wait_for(lambda: len(refs) >= seen + 40, timeout=60, message="tasks after the switch")
+        second = rt.switch("centralized")
+        assert "rolled_back" not in second and rt.plan.name.startswith("centralized"), second
+        wait_for(lambda: len(refs) >= seen + 80, timeout=60, message="tasks after the second switch")
+    finally:
+        stop.set()
+        submitter.join(30)
+        out = ray.get(refs, timeout=120)
+    try:
+        report = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.exact, timeout=30,
+                          message="the State back to its initial value, exactly")
+        assert report.placed == report.undecided == 0
+    finally:
+        ra.shutdown()
+    assert sorted(out) == list(range(len(refs)))
+    runs: dict = {}
+    for name in os.listdir(tmp_path):
+        task, node = name.split("-", 1)
+        runs.setdefault(task, []).append(node)
+    assert len(runs) == len(refs)
+    again = {t: nodes for t, nodes in runs.items() if len(nodes) > 1}
+    assert all(len(nodes) == 2 and extra.node_id in nodes for nodes in again.values()), again
+    assert resources.created_resources() == {}

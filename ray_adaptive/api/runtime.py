@@ -245,6 +245,16 @@ class PolicyRuntime:
         self._history.append(entry)
         return entry
 
+    def audit(self, timeout_s: float = 10.0) -> Any:
+        """Check the State in force against what the tasks in flight imply -- the initial State plus the
+        OnArrival of every undecided task and the OnDispatch of every placed one, over every attached
+        process -- and return the verdict (an :class:`~ray_adaptive.runtime.audit.AuditReport`: ``exact``,
+        the differences per State variable). See :mod:`ray_adaptive.runtime.audit` and ``ra.audit``."""
+        from ray_adaptive.runtime.audit import audit_store
+
+        self._live()
+        return audit_store(self.topology.store, timeout_s)
+
     def _service(self) -> Any:
         """The policy service that owns this runtime, if one does (None: a driver owns it)."""
         try:

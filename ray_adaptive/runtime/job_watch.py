@@ -14,6 +14,14 @@ jobs marked dead to ``evict``, which takes them out of the runtime (see
 
 Ray has no subscription to job events; the job table is one GCS read for
 every job at once, and a driver's death shows there within ~0.1 s here.
+
+A submitting *process* can die while its job lives on: an actor or a task
+that submitted policy tasks (a worker process, killed or lost with its
+node). Its share is as stranded as a dead job's -- Ray kills the tasks it
+owned -- but the job table says nothing. Each process registers its Ray
+worker id with the store (a driver's too), and the watch also reads the GCS
+worker table: the processes whose worker died are evicted the same way,
+under their job's name with the dead process said.
 """
 
 from __future__ import annotations
@@ -24,11 +32,11 @@ from typing import Any, Callable, Dict, List
 
 import ray
 
-from ray_adaptive._private import autoinit, jobs
+from ray_adaptive._private import autoinit, jobs, workers
 from ray_adaptive.runtime import background
 from ray_adaptive.runtime.messages import Actor
 
-__all__ = ["JobWatch", "dead_clients"]
+__all__ = ["JobWatch", "dead_clients", "dead_processes"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,19 @@ def dead_clients(clients: Dict[str, str], table: Dict[str, jobs.JobRecord], keep
         record = table.get(job)
         if client != keep and record is not None and record.dead:
             out.setdefault(job, []).append(client)
+    return out
+
+
+def dead_processes(clients: Dict[str, str], worker_of: Dict[str, str], dead: set, keep: str,
+                   already: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """Label -> registered processes, for each process whose Ray worker died while its job lives (never
+    ``keep``; never one of ``already``: its job ended, evicted as such). The label names the job and the
+    process (what the eviction's entry in the history says)."""
+    gone = {c for lst in already.values() for c in lst}
+    out: Dict[str, List[str]] = {}
+    for client, worker in sorted(worker_of.items()):
+        if client != keep and client in clients and client not in gone and worker in dead:
+            out.setdefault(f"{clients[client]} (its process {client} died, the job lives on)", []).append(client)
     return out
 
 
@@ -80,6 +101,10 @@ class JobWatch:
         clients = background.get(self._store.clients.remote(), timeout=30)
         others = {c: j for c, j in clients.items() if c != self._own}
         dead = dead_clients(others, jobs.job_table(), self._own) if others else {}  # (the table holds every job ever)
+        if others:
+            worker_of = background.get(self._store.workers.remote(), timeout=30)
+            watched = {c: w for c, w in worker_of.items() if c in others}
+            dead.update(dead_processes(others, watched, workers.dead_workers(watched.values()), self._own, dead))
         for job, gone in dead.items():
             self._owed[job] = sorted(set(self._owed.get(job, [])) | set(gone))
         for job, gone in list(self._owed.items()):

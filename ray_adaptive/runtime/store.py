@@ -74,6 +74,7 @@ class StateStore:
         self._merged: Dict[str, Tuple[str, int]] = {}
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
         self._jobs: Dict[str, Tuple[str, float]] = {}  # registered process -> (its Ray job, when it attached)
+        self._workers: Dict[str, str] = {}  # registered process -> its Ray worker id (see join)
         self._bind = dict(bind or {})
         # or "preparing" / "freezing": a switch to generation + 1 shows its config / was announced
         self._phase = "running"
@@ -84,6 +85,7 @@ class StateStore:
         self._info: dict = {}  # what the starting process tells operators (why this plan, switches, estimates)
         self._requests: Dict[str, List[tuple]] = {}  # client -> (request id, task id) to explain
         self._answers: Dict[str, dict] = {}
+        self._abandoned: set = set()  # requests of a survey that stopped waiting (see survey)
         self._cond = threading.Condition()
         self.calls = 0
         self.incarnation = uuid.uuid4().hex
@@ -99,13 +101,16 @@ class StateStore:
         """Nothing: a caller times the round trip (the monitor's message latency)."""
 
     # -- processes ------------------------------------------------------------
-    def join(self, client: str, timeout_s: float = 30.0, job: str = "") -> dict:
-        """Register a submitting process (of Ray job ``job``); return the config in force (after a switch
-        in progress ends)."""
+    def join(self, client: str, timeout_s: float = 30.0, job: str = "", worker: str = "") -> dict:
+        """Register a submitting process (of Ray job ``job``; ``worker``: its Ray worker id, whose death the
+        owner's job watch sees while the job lives on); return the config in force (after a switch in
+        progress ends)."""
         with self._cond:
             self._cond.wait_for(lambda: self._phase == "running", timeout=timeout_s)
             self._clients[client] = time.monotonic()
             self._jobs.setdefault(client, (job, time.time()))
+            if worker:
+                self._workers[client] = worker
             return self._config
 
     def bound_for(self, job: str) -> Dict[str, Any]:
@@ -117,11 +122,18 @@ class StateStore:
         with self._cond:
             return {c: self._jobs.get(c, ("", 0.0))[0] for c in self._clients}
 
+    def workers(self) -> Dict[str, str]:
+        """Registered process -> its Ray worker id, for those that gave one (what the owner watches for
+        processes that die while their job lives)."""
+        with self._cond:
+            return {c: w for c, w in self._workers.items() if c in self._clients}
+
     def leave(self, member: str) -> None:
         with self._cond:
             self._outstanding.pop(member, None)
             self._clients.pop(member, None)
             self._jobs.pop(member, None)
+            self._workers.pop(member, None)
             self._reports.pop(member, None)
             self._acks.pop(member, None)
             self._requests.pop(member, None)
@@ -164,8 +176,31 @@ class StateStore:
 
     def answer(self, request_id: str, result: dict) -> None:
         with self._cond:
+            if request_id in self._abandoned:  # (its asker gave up waiting: nobody reads it)
+                self._abandoned.discard(request_id)
+                return
             self._answers[request_id] = result
             self._cond.notify_all()
+
+    def survey(self, request: str, timeout_s: float = 5.0) -> Dict[str, Optional[dict]]:
+        """Ask every registered process ``request`` at once (through :meth:`ask`'s channel; the State
+        audit's, see :mod:`ray_adaptive.runtime.audit`): client -> its answer, None if it did not
+        answer within ``timeout_s`` (a process that leaves meanwhile is left out)."""
+        with self._cond:
+            asked = {c: uuid.uuid4().hex for c in self._clients}
+            for c, rid in asked.items():
+                self._requests.setdefault(c, []).append((rid, request))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: all(rid in self._answers or c not in self._clients
+                                            for c, rid in asked.items()), timeout=timeout_s)
+            out: Dict[str, Optional[dict]] = {}
+            for c, rid in asked.items():
+                if rid in self._answers:
+                    out[c] = self._answers.pop(rid)
+                elif c in self._clients:
+                    out[c] = None
+                    self._abandoned.add(rid)
+            return out
 
     def set_info(self, info: dict) -> None:
         """What the starting process tells operators: why this plan, the switches, estimates."""

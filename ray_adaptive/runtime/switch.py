@@ -59,7 +59,7 @@ import ray
 from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan import LoweredPlan, NodeState
-from ray_adaptive.runtime import background
+from ray_adaptive.runtime import audit, background
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
 from ray_adaptive.runtime.topology import Topology, build_generation
@@ -145,7 +145,8 @@ class PlanWatcher:
             if known[2] is not None and incarnation != known[2]:
                 # the store restarted with no process registered: register again (a switch announced to the
                 # restarted store waits for this process's ack; the owner's job watch sees this job)
-                self._store.join.remote(self._router.client, 0.0, self._job)
+                self._store.join.remote(self._router.client, 0.0, self._job,
+                                        ray.get_runtime_context().get_worker_id())
             for rid, task_id in requests:  # an operator asks why (see ray-adaptive why)
                 threading.Thread(target=self._explain, args=(rid, task_id), daemon=True).start()
             try:
@@ -169,8 +170,8 @@ class PlanWatcher:
         return ray.get(ref)
 
     def _explain(self, rid: str, task_id: str) -> None:
-        try:
-            result = self._router.explain(task_id)
+        try:  # (or the State audit's survey: what this process holds)
+            result = audit.tasks_held(self._router) if task_id == audit.AUDIT else self._router.explain(task_id)
         except Exception as err:  # (an answer, whatever happens: the asker waits for one)
             result = {"state": "unknown", "why": f"could not explain: {err!r}"}
         self._store.answer.remote(rid, result)

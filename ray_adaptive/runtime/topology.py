@@ -277,7 +277,8 @@ def join(policy_name: str, client: str) -> Optional[Topology]:
         return None
     for attempt in itertools.count():
         try:
-            cfg = ray.get(store.join.remote(client, job=ray.get_runtime_context().get_job_id()))
+            ctx = ray.get_runtime_context()
+            cfg = ray.get(store.join.remote(client, job=ctx.get_job_id(), worker=ctx.get_worker_id()))
             break
         except ray.exceptions.ActorUnavailableError:  # restarting (see StateStore): it comes back
             if attempt >= JOIN_ATTEMPTS:

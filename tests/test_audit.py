@@ -1,0 +1,140 @@
+"""The State audit (ray_adaptive/runtime/audit.py): the replay and comparison alone, then on real runtimes of
+each plan -- quiesced, with tasks in flight in two processes, and with a drift injected at the store."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+import ray
+
+import ray_adaptive as ra
+from ray_adaptive.dsl import load_policy
+from ray_adaptive.plan import NodeState
+from ray_adaptive.runtime.audit import ABS_TOL, compare, rebuild
+from tests.conftest import wait_for
+
+VEC = [0.4, 0.8, 0.4]
+
+
+# -- the replay and the comparison, free of Ray ------------------------------------------------------------
+def _nodes(k: int = 2):
+    return [NodeState(f"n{i}", i, 1, 2, {}) for i in range(k)]
+
+
+def test_the_replay_is_the_initial_state_plus_the_dispatch_of_every_placed_task():
+    policy = load_policy("drf_lb")
+    answers = {"p1": {"undecided": [("p1-1", 0.2, {"tenant": "a", "resource_vec": VEC})],
+                      "placed": [("p1-0", 0.1, {"tenant": "a", "resource_vec": VEC}, "n0")]},
+               "p2": {"undecided": [], "placed": [("p2-0", 0.1, {"tenant": "b", "resource_vec": VEC}, "n1"),
+                                                  ("p2-1", 0.3, {"tenant": "b", "resource_vec": VEC}, "n1")]},
+               "silent": None}
+    state, problems = rebuild(policy, _nodes(), answers)
+    assert problems == []
+    assert np.allclose(state["alloc"]["a"], VEC) and np.allclose(state["alloc"]["b"], [2 * v for v in VEC])
+    assert np.allclose(state["capacity"], [1.5, 2.0, 1.0])
+    empty, _ = rebuild(policy, _nodes(), {})
+    assert empty["alloc"] == {}  # quiesced: the initial State
+
+
+def test_a_task_on_a_node_the_plan_lacks_is_a_problem_of_the_reading_not_a_crash():
+    _, problems = rebuild(load_policy("drf_lb"), _nodes(),
+                          {"p": {"undecided": [], "placed": [("p-0", 0.0, {"tenant": "a", "resource_vec": VEC}, "gone")]}})
+    assert len(problems) == 1 and "gone" in problems[0]
+
+
+def test_the_comparison_reports_each_key_that_differs_and_reads_a_missing_key_as_zero():
+    rules = {"alloc": "add"}
+    implied = {"alloc": {"a": np.array(VEC)}, "capacity": np.array([1.5, 2.0, 1.0])}
+    # rounding of a different order of += / -= is no difference; a zero entry equals a missing one
+    in_force = {"alloc": {"a": np.array(VEC) + ABS_TOL / 10, "b": np.zeros(3)}, "capacity": np.array([1.5, 2.0, 1.0])}
+    assert compare(in_force, implied, rules) == ({}, {})
+    drifted = {"alloc": {"a": np.array(VEC), "b": np.array([-0.4, -0.8, -0.4])}, "capacity": np.array([1.5, 2, 1])}
+    diffs, _ = compare(drifted, implied, rules)
+    assert list(diffs) == ["alloc"] and [d["key"] for d in diffs["alloc"]] == ["b"]
+    assert np.allclose(diffs["alloc"][0]["in_force"], [-0.4, -0.8, -0.4])
+    assert np.allclose(diffs["alloc"][0]["implied"], 0.0)
+    diffs, _ = compare({**implied, "capacity": np.array([1.5, 2.0, 2.0])}, implied, rules)
+    assert list(diffs) == ["capacity"] and diffs["capacity"][0]["key"] is None
+
+
+def test_variables_whose_hooks_do_not_commute_are_listed_not_compared():
+    diffs, skipped = compare({"home": {"k": "n1"}, "next": 3}, {"home": {}, "next": 0}, {"home": "none", "next": "none"})
+    assert diffs == {} and skipped == {"home": "none", "next": "none"}
+
+
+# -- on Ray ------------------------------------------------------------------------------------------------
+@ray.remote(num_cpus=1)
+def hold(path: str) -> int:
+    """Run until ``path`` exists (so that tasks stay placed while the audit reads)."""
+    import time
+
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return 1
+
+
+@ray.remote(num_cpus=0)
+class Submitter:
+    """A second submitting process: tasks of tenant ``b`` that run until released."""
+
+    def submit(self, path: str, n: int) -> int:
+        fn = ra.policy("drf_lb")(hold).options(task={"tenant": "b", "resource_vec": VEC})
+        self.futures = [fn.submit(path) for _ in range(n)]  # (.remote() waits for room; these may not get any yet)
+        return n
+
+    def wait(self) -> int:
+        return sum(ray.get([f.result(timeout=120) for f in self.futures], timeout=120))
+
+
+@pytest.fixture
+def runtime(ray_cluster):
+    yield lambda plan: ra.start("drf_lb", plan=plan, executors=1, queue=1)
+    ra.shutdown()
+
+
+@pytest.mark.parametrize("plan", ["centralized", "decentralized", "hybrid"])
+def test_a_runtime_audits_exact_quiesced_and_with_tasks_in_flight_in_two_processes(runtime, plan):
+    rt = runtime(plan)
+    quiet = ra.audit("drf_lb")
+    assert quiet.exact and quiet.placed == quiet.undecided == 0, quiet.format()
+    release = os.path.join(tempfile.mkdtemp(prefix="ra-audit-"), "release")
+    other = Submitter.remote()
+    ray.get(other.submit.remote(release, 3), timeout=60)
+    fn = ra.policy("drf_lb")(hold).options(task={"tenant": "a", "resource_vec": VEC})
+    futures = [fn.submit(release) for _ in range(8)]  # 11 tasks, 8 slots (4 nodes x (1 executor + 1 queued))
+    try:
+        # (a decentralized process decides on its replica and the loads last heard: it may place more)
+        wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.exact and r.placed >= 8 and r.processes == 2,
+                 timeout=30, message="an exact audit with 8 tasks placed in 2 processes")
+        report = rt.audit()
+        assert report.exact and report.undecided + report.placed == 11, report.format()
+    finally:
+        open(release, "w").close()
+    assert sum(ray.get([f.result(timeout=120) for f in futures], timeout=120)) == 8
+    assert ray.get(other.wait.remote(), timeout=120) == 3
+    ray.kill(other)
+    done = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.exact and r.placed == r.undecided == 0, timeout=30)
+    assert done.processes == 1
+
+
+def test_a_drift_injected_at_the_store_is_reported_per_variable_and_by_status(runtime):
+    from click.testing import CliRunner
+
+    from ray_adaptive.cli import main
+
+    rt = runtime("decentralized")
+    store = rt.topology.store
+    # an OnFinish the store merged without its OnDispatch: tenant a's allocation below zero
+    ray.get(store.sync.remote("ghost", {}, {}, rt.topology.generation, ("x", [(1, {"alloc": {"a": -np.array(VEC)}})])))
+    report = rt.audit(timeout_s=0.5)
+    assert not report.exact and report.settled, report.format()
+    assert list(report.differences) == ["alloc"] and report.differences["alloc"][0]["key"] == "a"
+    assert "alloc['a']: in force [-0.4, -0.8, -0.4], implied [0, 0, 0]" in report.format()
+    out = CliRunner().invoke(main, ["status", "drf_lb", "--audit", "--timeout", "0.5"])
+    assert out.exit_code == 1 and "NOT EXACT" in out.output and "alloc['a']" in out.output, out.output
+    ray.get(store.sync.remote("ghost", {}, {}, rt.topology.generation, ("x", [(2, {"alloc": {"a": np.array(VEC)}})])))
+    out = CliRunner().invoke(main, ["status", "drf_lb", "--audit", "--json"])
+    assert out.exit_code == 0 and '"exact": true' in out.output, out.output
