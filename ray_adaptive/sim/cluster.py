@@ -66,12 +66,33 @@ class Cluster:
             self.loads[node.index] += sign
         self.load += sign
 
-    def dispatch(self, task: Task, node: Node) -> None:
+    def dispatch(self, task: Task, node: Node, first: bool = False) -> None:
+        """``task`` joins ``node``'s FIFO queue; ``first``: at its head (a preemptor takes the executor its
+        victim just left, see :meth:`stop`)."""
         if not node.has_room or not node.fits(task):
             raise RuntimeError(f"{task} dispatched to {node} which is not a candidate (a scheduler bug)")
         task.status, task.node, task.dispatched_at = "queued", node, self.loop.now
         self._hold(task, node, +1)
-        node.waiting.append(task)
+        if first:
+            node.waiting.appendleft(task)
+        else:
+            node.waiting.append(task)
+        self._start_ready(node)
+
+    def stop(self, task: Task) -> Node:
+        """Preempt a running task: it leaves its node (its finish event goes stale) and is pending again.
+        Its executor is not refilled here: the preemptor is dispatched ``first`` right after; the caller runs
+        the hooks and calls :meth:`refill` if it dispatches nothing."""
+        node = task.node
+        node.running.remove(task)
+        self._hold(task, node, -1)
+        task.stopped.append((node.id, task.started_at, self.loop.now))
+        task.status, task.node, task.preemptions = "pending", None, task.preemptions + 1
+        task.dispatched_at = task.started_at = None
+        return node
+
+    def refill(self, node: Node) -> None:
+        """Start what waits on ``node`` in its free executors."""
         self._start_ready(node)
 
     def drop(self, task: Task) -> None:
@@ -86,10 +107,13 @@ class Cluster:
         while node.waiting and len(node.running) < node.executors:
             task = node.waiting.popleft()
             task.status, task.started_at = "running", self.loop.now
+            task.run += 1
             node.running.append(task)
-            self.loop.after(task.spec.duration, FINISH, self._finish, task)
+            self.loop.after(task.spec.duration, FINISH, self._finish, task, task.run)
 
-    def _finish(self, task: Task) -> None:
+    def _finish(self, task: Task, run: int) -> None:
+        if task.run != run or task.status != "running":
+            return  # the run was preempted (a new run has its own event)
         node = task.node
         node.running.remove(task)
         self._hold(task, node, -1)

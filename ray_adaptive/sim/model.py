@@ -22,6 +22,10 @@
 * Hooks: OnArrival when a task reaches the scheduler; OnDispatch when it is
   bound to a node; OnFinish when a dispatched task leaves its node, finished
   or dropped (so state such as DRF's allocation is always released).
+* Preemption (a policy with ``Preempt``): a running preemptible task may be
+  stopped after its grace to free its executor for a waiting task; it runs
+  OnPreempt (OnFinish without one) and waits again (see
+  :mod:`ray_adaptive.sim.preemption`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ class Task:
     """A task's life in one run: ``pending`` -> ``queued`` -> ``running`` -> ``finished``,
     or ``dropped`` from pending/queued."""
 
-    __slots__ = ("spec", "id", "arrival", "fields", "status", "node", "dispatched_at", "started_at", "finished_at")
+    __slots__ = ("spec", "id", "arrival", "fields", "status", "node", "dispatched_at", "started_at", "finished_at",
+                 "run", "preemptions", "stopped", "nominee", "doomed_by")
 
     def __init__(self, spec: TaskSpec):
         self.spec = spec
@@ -48,6 +53,24 @@ class Task:
         self.status = "pending"
         self.node: Optional[Node] = None
         self.dispatched_at = self.started_at = self.finished_at = None
+        # preemption (docs/language.md, Preemption): runs started (a finish event of an earlier run is stale),
+        # times preempted, the runs a preemption cut short ((node id, start, stop): the work it wasted), the
+        # victim this waiting task displaces once the victim's grace ends, the waiting task this one yields to
+        self.run = 0
+        self.preemptions = 0
+        self.stopped: list = []
+        self.nominee: Optional["Task"] = None
+        self.doomed_by: Optional["Task"] = None
+
+    @property
+    def started(self) -> float:
+        """When its current run started (the VictimView of ``Preempt``)."""
+        return self.started_at
+
+    @property
+    def wasted_s(self) -> float:
+        """Seconds of runs that a preemption cut short."""
+        return sum(stop - start for _, start, stop in self.stopped)
 
     @property
     def on_time(self) -> bool:

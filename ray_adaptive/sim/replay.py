@@ -13,6 +13,7 @@ from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop, gc_paused
 from ray_adaptive.sim.ideal import Decision, IdealScheduler
 from ray_adaptive.sim.model import DEADLINES, Task
+from ray_adaptive.sim.preemption import next_recheck
 from ray_adaptive.workload.scenario import Scenario, check_fields
 
 
@@ -44,6 +45,8 @@ class ReplayResult:
             "goodput_per_s": round(on_time / span, 3) if span > 0 else 0.0,
             "wait_p50_s": round(float(np.percentile(waits, 50)), 6),
             "wait_p99_s": round(float(np.percentile(waits, 99)), 6),
+            **({"preemptions": sum(t.preemptions for t in tasks),
+                "wasted_s": round(sum(t.wasted_s for t in tasks), 6)} if any(t.preemptions for t in tasks) else {}),
         }
 
 
@@ -73,7 +76,8 @@ class Replay:
         self.deadline = deadline
         self.loop = EventLoop()
         self.cluster = Cluster(scenario.nodes, self.loop, self._on_leave)
-        self.scheduler = IdealScheduler(policy, self.cluster)
+        self.scheduler = IdealScheduler(policy, self.cluster, on_preempt=self._preempted)
+        self._recheck_at = math.inf  # the next recheck a policy that preempts has scheduled
         self.tasks = [Task(spec) for spec in scenario.tasks]
         self.decisions: list[Decision] = []
         self.on_decision = on_decision
@@ -99,15 +103,34 @@ class Replay:
     def _decide(self) -> None:
         self._decide_queued = False
         for d in self.scheduler.decide(self.loop.now):
-            self.decisions.append(d)
-            if self.on_decision is not None:
-                self.on_decision(d)
+            self._record(d)
+        if self.scheduler.preempts and self.scheduler.pending and self.scheduler.could_preempt():
+            # rule 1 of sim.preemption: decide again soon (only while a victim runs: a run ends)
+            at = next_recheck(self.loop.now)
+            if at < self._recheck_at or self._recheck_at <= self.loop.now:
+                self._recheck_at = at
+                self.loop.at(at, DECIDE, self._recheck, at)
+
+    def _recheck(self, at: float) -> None:
+        if at == self._recheck_at:
+            self._decide()
+
+    def _record(self, d: Decision) -> None:
+        self.decisions.append(d)
+        if self.on_decision is not None:
+            self.on_decision(d)
+
+    def _preempted(self, d: Decision) -> None:
+        self._record(d)
+        self._request_decision()
 
     def _on_leave(self, task: Task) -> None:
         self.scheduler.on_leave(task, task.node, self.loop.now)
         self._request_decision()
 
     def _timeout(self, task: Task) -> None:
+        if task.preemptions:
+            return  # it started in time; a preemption does not take its result away (sim.preemption, rule 6)
         if task.status == "pending":
             self.scheduler.remove(task)
             task.status = "dropped"

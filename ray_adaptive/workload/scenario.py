@@ -40,7 +40,7 @@ from ray_adaptive.workload.specs import NodeSpec, TaskSpec
 
 _TOP_KEYS = {"nodes", "tasks"}
 _NODE_KEYS = {"id", "executors", "queue", "resources", "fields"}
-_TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields", "submitter"}
+_TASK_KEYS = {"id", "arrival", "duration", "timeout", "resources", "fields", "submitter", "preemptible"}
 #: The most executors, and the most queue places, a node may have (a simulated node keeps a slot each).
 MAX_SLOTS = 100_000
 
@@ -112,6 +112,7 @@ _KINDS = {
     "count": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SLOTS,
               f"a non-negative integer (at most {MAX_SLOTS:,})"),
     "object": (lambda v: isinstance(v, dict), "an object"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -160,7 +161,7 @@ def scenario_from_dict(data: Any, source: str = "<scenario>") -> Scenario:
         duration = float(r.get(e, "duration", where, "time", specs.DEFAULT_DURATION))
         timeout = float(r.get(e, "timeout", where, "timeout", specs.DEFAULT_TIMEOUT))
         tasks.append(TaskSpec(tid, arrival, duration, timeout, r.get(e, "fields", where, "object", {}), r.resources(e, where),
-                              r.get(e, "submitter", where, "string", "")))
+                              r.get(e, "submitter", where, "string", ""), r.get(e, "preemptible", where, "bool", False)))
     return Scenario(tuple(nodes), tuple(tasks))
 
 
@@ -182,7 +183,8 @@ def scenario_to_dict(scenario: Scenario) -> dict:
     for t in scenario.tasks:
         d = {"id": t.id, "arrival": t.arrival, "duration": t.duration,
              "timeout": None if t.timeout == math.inf else t.timeout, "fields": dict(t.fields)}
-        d.update({k: v for k, v in (("resources", dict(t.resources)), ("submitter", t.submitter)) if v})
+        d.update({k: v for k, v in (("resources", dict(t.resources)), ("submitter", t.submitter),
+                                    ("preemptible", t.preemptible)) if v})
         tasks.append(d)
     return {"nodes": nodes, "tasks": tasks}
 

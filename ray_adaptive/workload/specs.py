@@ -46,6 +46,8 @@ class TaskSpec:
     # who submitted it (a client of a tenant, e.g. "greedy/2"); decentralized plans
     # receive a task at its submitter's home scheduler. The ideal scheduler ignores it.
     submitter: str = ""
+    # submitted with .options(preemptible=True): a policy's Preempt may stop it (docs/language.md, Preemption)
+    preemptible: bool = False
 
     @property
     def deadline(self) -> float:

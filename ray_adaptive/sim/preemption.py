@@ -1,0 +1,148 @@
+"""Preemption in the ideal scheduler: which waiting task displaces which running one, and when.
+
+The reference semantics of ``Preempt(task, victim, node): [grace=S, max=K]``
+(docs/language.md, *Preemption*), on the cluster model:
+
+1. **When.** At every decision point, after the ordinary decisions leave
+   tasks pending (no feasible pair is left), and -- while tasks wait -- at
+   least every :data:`RECHECK_S` seconds (at whole multiples of it), so that
+   a condition on the clock (``task.waited >= 5``) takes effect within that.
+2. **Who may preempt.** Every pending task that is not already waiting for a
+   victim, in the order the policy would serve them if a node had room: its
+   best Score over all nodes, ties to the earlier arrival, then the task id.
+3. **Who may be a victim.** A running task submitted preemptible, preempted
+   fewer than ``max`` times, not already chosen; on a node where Score of
+   the waiting task is finite and the waiting task would fit once the victim
+   has left. In node order, then start time, then id.
+4. **Which.** The waiting task takes the victim with the lowest finite
+   ``Preempt(task, victim, node)`` (``inf``: not this one), ties to the
+   victim order; on the State of that moment *with the preemptions already
+   chosen assumed done* (those still in their grace, and each one chosen
+   before it in the same pass: see :func:`nominate`).
+5. **Grace.** The victim runs on for ``grace`` seconds. If it finishes
+   meanwhile, it finishes (OnFinish) and nothing is stopped; if the waiting
+   task is placed elsewhere meanwhile, or dropped, the victim is spared.
+   Otherwise, at the end of the grace (a completion at the same instant
+   comes first): the victim leaves its node, OnPreempt runs (OnFinish if
+   the policy has none), the victim waits again with its arrival (and so
+   its place and age) unchanged and OnArrival not run again, and the
+   waiting task is dispatched to the victim's executor (OnDispatch), ahead
+   of that node's queue.
+6. **Bounded.** Each task is preempted at most ``max`` times, so a run has
+   at most ``max`` x tasks preemptions whatever Preempt says: a policy cannot
+   cycle for ever (the shipped ones cannot cycle at all; see their notes).
+   A task that started once is owed its result: a timeout no longer drops
+   it once it is waiting again.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ray_adaptive.dsl.interp import Interpreter
+from ray_adaptive.sim.model import Node, Task
+
+__all__ = ["RECHECK_S", "Nomination", "victims", "nominate", "fits_after"]
+
+#: While tasks wait under a policy that preempts, the ideal scheduler decides at least this often.
+RECHECK_S = 1.0
+
+
+class Nomination:
+    """A waiting task and the victim it displaces when the victim's grace ends."""
+
+    __slots__ = ("task", "victim", "score", "at")
+
+    def __init__(self, task: Task, victim: Task, score: float, at: float):
+        self.task, self.victim, self.score, self.at = task, victim, score, at
+
+
+def fits_after(node: Node, victim: Task, task: Task) -> bool:
+    """Whether ``task``'s resources fit on ``node`` once ``victim`` has left it."""
+    res, held, freed = node.spec.resources, node._held, victim.spec.resources
+    return all(res.get(r, 0.0) - held.get(r, 0.0) + freed.get(r, 0.0) >= amount - 1e-9
+               for r, amount in task.spec.resources.items())
+
+
+def victims(nodes: Sequence[Node], max_preemptions: int) -> list[Task]:
+    """The running tasks that may be preempted now (rule 3, without the per-task conditions), in order."""
+    out = []
+    for node in nodes:
+        for t in sorted(node.running, key=lambda x: (x.started_at, x.id)):
+            if t.spec.preemptible and t.preemptions < max_preemptions and t.doomed_by is None:
+                out.append(t)
+    return out
+
+
+def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node], now: float) -> list[Nomination]:
+    """Rules 2-4: the waiting tasks that take a victim now, each with its victim. ``pending`` in (arrival, id)
+    order; ``nodes`` every node of the cluster in order. Changes nothing (the caller marks the pairs).
+
+    Preempt reads the State as it will be once the preemptions already chosen have happened -- theirs
+    from earlier decision points (still in their grace) and each one chosen in this pass -- as Kubernetes
+    counts nominated pods: a scratch copy of State on which OnPreempt (else OnFinish) of each victim and
+    OnDispatch of its task have run. Without it, tasks of one tenant reading the same State would all
+    reclaim at once and overshoot the share each was checked against."""
+    preempt = interp.policy.preempt
+    if preempt is None:
+        return []
+    waiting = [t for t in pending if t.nominee is None]
+    running = victims(nodes, preempt.max_preemptions)
+    if not waiting or not running:
+        return []
+    scratch = _scratch(interp, [(t, t.nominee) for t in pending if t.nominee is not None], now)
+    scores = scratch.score_matrix(waiting, nodes, now)  # (tasks, nodes)
+    order = sorted(range(len(waiting)), key=lambda i: (float(scores[i].min()), i))  # (i: arrival, id order)
+    column = {n.id: j for j, n in enumerate(nodes)}
+    on_node = np.array([column[v.node.id] for v in running])
+    taken = np.zeros(len(running), dtype=bool)
+    want = scratch.preempt_matrix(waiting, running, now)  # (tasks, victims), recomputed after each choice
+    out = []
+    for i in order:
+        if taken.all():
+            break
+        task = waiting[i]
+        row = want[i].copy()
+        row[taken | ~np.isfinite(scores[i, on_node])] = math.inf
+        if task.spec.resources:
+            row[[not fits_after(v.node, v, task) for v in running]] = math.inf
+        j = int(np.argmin(row))
+        if row[j] == math.inf:
+            continue
+        taken[j] = True
+        victim = running[j]
+        out.append(Nomination(task, victim, float(row[j]), now))
+        _assume(scratch, task, victim, now)
+        want = scratch.preempt_matrix(waiting, running, now)
+    return out
+
+
+def _scratch(interp: Interpreter, chosen: Sequence[tuple[Task, Task]], now: float) -> Interpreter:
+    """An interpreter of the same policy on a copy of ``interp``'s State with the ``chosen`` (task, victim)
+    preemptions assumed done (the true State is changed only when a victim is stopped)."""
+    scratch = Interpreter(interp.policy, interp.num_nodes)
+    scratch.state = copy.deepcopy(interp.state)
+    for task, victim in chosen:
+        _assume(scratch, task, victim, now)
+    return scratch
+
+
+def _assume(scratch: Interpreter, task: Task, victim: Task, now: float) -> None:
+    node = victim.node
+    scratch.run_hook("OnPreempt" if scratch.policy.hook("OnPreempt") else "OnFinish", victim, node, now)
+    scratch.run_hook("OnDispatch", task, node, now)
+
+
+def next_recheck(now: float) -> float:
+    """The next whole multiple of :data:`RECHECK_S` after ``now`` (rule 1)."""
+    return (math.floor(now / RECHECK_S) + 1) * RECHECK_S
+
+
+def grace_of(interp: Interpreter) -> Optional[float]:
+    """The policy's grace in seconds (None: it never preempts)."""
+    p = interp.policy.preempt
+    return None if p is None else p.grace
