@@ -119,6 +119,19 @@ def test_weighted_fair_serves_in_proportion_to_weight():
     assert order[:6] == ["a0", "a1", "b0", "a2", "a3", "b1"]
 
 
+def test_preemptive_policies_are_worked_out_in_test_preemption():
+    """priority_preemptive, drf_reclaim and priority's aging: scenarios worked out by hand in
+    tests/test_preemption.py (which task is preempted, when, the State after); here, that they preempt."""
+    from ray_adaptive.dsl import load_policy
+
+    assert load_policy("priority_preemptive").preempt.grace <= 2.0  # (issue 39: a grace of at most 2 s)
+    assert load_policy("drf_reclaim").preempt.max_preemptions == 1
+    assert load_policy("priority").preempt is None  # aging, no preemption
+    nodes = [node("n0", queue=0)]
+    tasks = [dict(task("lo", 0.0, 10, priority=0), preemptible=True), task("hi", 1.0, 1, priority=5)]
+    assert placements(run("priority_preemptive", nodes, tasks)) == [("lo", "n0"), ("hi", "n0"), ("lo", "n0")]
+
+
 def test_weighted_fair_gives_no_credit_for_idle_time():
     nodes = [node("n0", queue=0)]
     tasks = [task(f"a{i}", 0.0, tenant="A", weight=1.0, cost=1.0) for i in range(8)]
