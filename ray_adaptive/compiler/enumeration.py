@@ -23,6 +23,10 @@ allows (not a fixed list):
   deltas, ``max``/``min``).
 * **k** -- decentralized / placement schedulers (default: one per node).
 
+A policy with ``Preempt`` keeps only centralized plans (:data:`PREEMPT_WHY` says why each other
+architecture cannot choose a victim; the simulator can still run them, with the approximation it
+describes in :mod:`ray_adaptive.sim.plan_preemption`).
+
 :func:`enumerate_plans` returns the plans and, for every combination the IR
 rules out, an :class:`Excluded` entry saying why.
 
@@ -153,7 +157,31 @@ def enumerate_plans(analysis: Analysis, nodes: int, space: PlanSpace = PlanSpace
         plans_h, excluded_h = _hybrid(analysis, space, loads, const)
         plans += plans_h
         excluded += excluded_h
+    if analysis.policy.preempt is not None:
+        return _preempting(plans, excluded, nodes)
     return plans, excluded
+
+
+#: Why a plan of each architecture cannot run a policy's Preempt as the ideal scheduler does (docs/compiler.md,
+#: Preemption): a victim choice needs the waiting tasks and the running tasks of every node in one place.
+PREEMPT_WHY = {
+    Architecture.DECENTRALIZED: ("each of its {k} schedulers sees only the running tasks it placed (~1/{k} of them): "
+                                 "a waiting task finds the policy's victim ~1/{k} of the time, never one another "
+                                 "scheduler placed"),
+    Architecture.HYBRID: ("its selector holds the waiting tasks but not where tasks run, its placement schedulers "
+                          "the reverse: no role can choose a victim"),
+}
+
+
+def _preempting(plans: list[Plan], excluded: list[Excluded], nodes: int) -> tuple[list[Plan], list[Excluded]]:
+    """A policy that preempts: only centralized plans choose victims as the ideal scheduler does (the
+    selector placed every task and is told of every finish); the others are excluded, saying why."""
+    kept = [p for p in plans if p.architecture is Architecture.CENTRALIZED]
+    for p in plans:
+        if p.architecture is not Architecture.CENTRALIZED:
+            why = PREEMPT_WHY[p.architecture].format(k=p.schedulers or nodes)
+            excluded.append(Excluded(p.name, p.architecture, f"the policy preempts, and {why}"))
+    return kept, excluded
 
 
 def _hybrid(analysis: Analysis, space: PlanSpace, loads: Sequence[LoadView], const) -> tuple[list[Plan], list[Excluded]]:

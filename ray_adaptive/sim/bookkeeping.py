@@ -30,6 +30,8 @@ from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import ARRIVAL, DECIDE, TIMEOUT, EventLoop
 from ray_adaptive.sim.heartbeats import LoadHistory
 from ray_adaptive.sim.model import Node, Task
+from ray_adaptive.sim.plan_preemption import preemption_for, waiting_again
+from ray_adaptive.sim.preemption import release
 from ray_adaptive.sim.ratio import RatioSampler
 from ray_adaptive.sim.servers import Server
 from ray_adaptive.workload.scenario import Scenario
@@ -88,6 +90,7 @@ class Books:
         self.entry = self.forwarder = None
         self._finishers: list = []
         self.hooks = None
+        self.preemption = preemption_for(self)  # (None: the policy never preempts)
         # the ideal's scoring (the competitive ratio's): the first plan's, whatever plan is in force later
         self.ratio: Optional[RatioSampler] = None
         self._cr_every = cr_every
@@ -147,7 +150,10 @@ class Books:
 
     # ------------------------------------------------------------ deadlines
     def timeout(self, task: Task) -> None:
+        if waiting_again(task):
+            return  # it started in time; a preemption does not take its result away (sim.preemption, rule 6)
         if task.status == "pending":
+            release(task)  # (a waiting task dropped, or placed in time, spares the victim it chose)
             if self.deadline == "dispatch" and (task in self.claimed or task in self.forwarded):
                 return  # a scheduler committed to it in time: it will be placed
             task.status = "dropped"
@@ -172,6 +178,7 @@ class Books:
     def _on_leave(self, task: Task) -> None:
         if self.record_loads:
             self.history.record(task.node, self.loop.now)
+        release(task)  # a victim that finished within its grace
         if task not in self.warm:
             self.resolve()
         self.hooks.run(self.truth, "OnFinish", task, task.node, self.loop.now)
@@ -195,14 +202,20 @@ class Books:
             self.loop.after(delay, DECIDE, wake, s)
 
     # ----------------------------------------------------------- placements
-    def place(self, s: Server, task: Task, node: Node, decided_at: float, deciders: int) -> Optional[tuple]:
+    def place(self, s: Server, task: Task, node: Node, decided_at: float, deciders: int,
+              first: bool = False) -> Optional[tuple]:
         """``s`` dispatches ``task`` to ``node`` now: the cluster, the global queue, who placed it, the
         truth's OnDispatch. Returns the competitive-ratio sample to :meth:`record` once the
-        scheduler's own State has run its hook (None: not sampled)."""
+        scheduler's own State has run its hook (None: not sampled). ``first``: onto the executor a
+        preempted victim left (not sampled, see :mod:`ray_adaptive.sim.plan_preemption`)."""
         now = self.loop.now
         sample = (self.ratio.sample(task, node, self.forwarded.get(task, decided_at), now, deciders)
-                  if self.record_cr and now >= self.cr_from else None)
-        self.cluster.dispatch(task, node)
+                  if self.record_cr and now >= self.cr_from and not first else None)
+        release(task)  # placed: the victim it chose, if any, is spared
+        if first:
+            self.cluster.dispatch(task, node, first=True)
+        else:
+            self.cluster.dispatch(task, node)
         if self.record_loads:
             self.history.record(node, now)
         self.gp.remove(task)

@@ -190,6 +190,8 @@ class RoleHost:
         if pick is None:
             s.failed += 1
             self.block(s)
+            if books.preemption is not None:  # waiting tasks may choose victims (sim.plan_preemption)
+                books.preemption.consider(self, s)
             if s.view is not None:  # learn of room at the next heartbeat
                 nxt = s.view.next_round(now)
                 if s.wake_at < nxt:

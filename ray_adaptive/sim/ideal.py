@@ -20,7 +20,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.sim.cluster import Cluster
 from ray_adaptive.sim.events import FINISH
 from ray_adaptive.sim.model import Node, Task
-from ray_adaptive.sim.preemption import Nomination, fits_after, nominate, victims
+from ray_adaptive.sim.preemption import Nomination, fits_after, nominate, release as _release, victims
 
 
 @dataclass(frozen=True)
@@ -132,10 +132,3 @@ class IdealScheduler:
         _release(task)  # a victim that finished within its grace
         self.interp.run_hook("OnFinish", task, node, now)
 
-
-def _release(task: Task) -> None:
-    """Undo the nomination ``task`` is part of (as the waiting task or as the victim), if any."""
-    other = task.nominee or task.doomed_by
-    if other is not None:
-        other.nominee = other.doomed_by = None
-        task.nominee = task.doomed_by = None

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
 from ray_adaptive.sim.model import Node, Task
 
-__all__ = ["RECHECK_S", "Nomination", "victims", "nominate", "fits_after"]
+__all__ = ["RECHECK_S", "Nomination", "victims", "nominate", "fits_after", "release", "next_recheck"]
 
 #: While tasks wait under a policy that preempts, the ideal scheduler decides at least this often.
 RECHECK_S = 1.0
@@ -78,9 +78,12 @@ def victims(nodes: Sequence[Node], max_preemptions: int) -> list[Task]:
     return out
 
 
-def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node], now: float) -> list[Nomination]:
+def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node], now: float,
+             visible: Optional[Callable[[Task], bool]] = None) -> list[Nomination]:
     """Rules 2-4: the waiting tasks that take a victim now, each with its victim. ``pending`` in (arrival, id)
-    order; ``nodes`` every node of the cluster in order. Changes nothing (the caller marks the pairs).
+    order; ``nodes`` every node of the cluster in order; ``visible(task)``: the running tasks the
+    scheduler may see (None: all -- the ideal scheduler's and a centralized selector's view; a
+    decentralized scheduler sees those it placed). Changes nothing (the caller marks the pairs).
 
     Preempt reads the State as it will be once the preemptions already chosen have happened -- theirs
     from earlier decision points (still in their grace) and each one chosen in this pass -- as Kubernetes
@@ -92,6 +95,8 @@ def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node]
         return []
     waiting = [t for t in pending if t.nominee is None]
     running = victims(nodes, preempt.max_preemptions)
+    if visible is not None:
+        running = [v for v in running if visible(v)]
     if not waiting or not running:
         return []
     scratch = _scratch(interp, [(t, t.nominee) for t in pending if t.nominee is not None], now)
@@ -135,6 +140,15 @@ def _assume(scratch: Interpreter, task: Task, victim: Task, now: float) -> None:
     node = victim.node
     scratch.run_hook("OnPreempt" if scratch.policy.hook("OnPreempt") else "OnFinish", victim, node, now)
     scratch.run_hook("OnDispatch", task, node, now)
+
+
+def release(task: Task) -> None:
+    """Undo the nomination ``task`` is part of (as the waiting task or as the victim), if any: it was placed
+    elsewhere, dropped, or (a victim) finished within its grace."""
+    other = task.nominee or task.doomed_by
+    if other is not None:
+        other.nominee = other.doomed_by = None
+        task.nominee = task.doomed_by = None
 
 
 def next_recheck(now: float) -> float:

@@ -64,6 +64,8 @@ class Metrics:
     (centralized, hybrid), the busiest decentralized scheduler, and their
     mean over the schedulers that received work.
     ``cr``: the competitive ratio summary (:func:`~ray_adaptive.sim.metrics.competitive_ratio`).
+    ``preemptions``, ``wasted_s``: victims stopped and the seconds of their runs cut short (a policy with
+    Preempt, :mod:`ray_adaptive.sim.plan_preemption`); the ratio samples ordinary decisions only.
     """
 
     offered: float
@@ -81,6 +83,8 @@ class Metrics:
     utilisation: dict
     bounces: int
     cr: dict
+    preemptions: int = 0  # victims stopped (of the tasks that arrived inside the window)
+    wasted_s: float = 0.0  # seconds of their runs the preemptions cut short
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -162,4 +166,6 @@ class SimResult:
             bounces=sum(s.bounces for s in self.schedulers),
             cr=M.competitive_ratio(self.cr_impl, self.cr_ideal, scale=cr_scale, times=self.cr_times,
                                    batch_s=self.batch_s),
+            preemptions=sum(t.preemptions for t in inside),
+            wasted_s=round(sum(t.wasted_s for t in inside), 6),
         )

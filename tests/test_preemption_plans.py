@@ -1,0 +1,89 @@
+"""Preemption in the compiler's plans and the plan simulator (issue 39): which architectures can choose a
+victim, and the simulated plans against the ideal replay's hand-worked scenario (tests/test_preemption.py)."""
+
+import pytest
+
+from ray_adaptive.compiler.analysis import analyze
+from ray_adaptive.compiler.enumeration import enumerate_plans
+from ray_adaptive.compiler.lowering import lower
+from ray_adaptive.dsl import load_policy
+from ray_adaptive.plan import Architecture
+from ray_adaptive.sim import simulate
+from ray_adaptive.workload import scenario_from_dict
+
+VEC = [0.375, 0.5, 0.25]
+
+
+def pt(id, arrival, duration, preemptible=True, submitter="", **fields):
+    return {"id": id, "arrival": arrival, "duration": duration, "preemptible": preemptible, "fields": fields,
+            "submitter": submitter}
+
+
+def reclaim_scenario(submitter=lambda tenant, i: tenant):
+    tasks = ([pt(f"A{i}", 0.0, 10, submitter=submitter("A", i), tenant="A", resource_vec=VEC) for i in range(8)]
+             + [pt(f"B{i}", 1.0, 10, submitter=submitter("B", i), tenant="B", resource_vec=VEC) for i in range(3)])
+    return scenario_from_dict({"nodes": [{"id": f"n{i}", "queue": 0} for i in range(4)], "tasks": tasks})
+
+
+def plan_named(policy, nodes=4):
+    a = analyze(load_policy(policy))
+    plans, excluded = enumerate_plans(a, nodes=nodes)
+    return a, {p.name: p for p in plans}, {e.name: e for e in excluded}
+
+
+@pytest.mark.parametrize("policy", ["priority_preemptive", "drf_reclaim"])
+def test_only_centralized_plans_may_preempt(policy):
+    _, plans, excluded = plan_named(policy, nodes=12)
+    assert plans and {p.architecture for p in plans.values()} == {Architecture.CENTRALIZED}
+    assert "hybrid" in excluded and "no role can choose a victim" in excluded["hybrid"].why
+    dec = next(e for n, e in excluded.items() if n.startswith("decentralized") and "preempts" in e.why)
+    assert "each of its 12 schedulers sees only the running tasks it placed (~1/12 of them)" in dec.why
+
+
+def test_a_policy_that_does_not_preempt_keeps_every_architecture():
+    _, plans, _ = plan_named("priority", nodes=12)
+    assert {p.architecture for p in plans.values()} == set(Architecture)
+
+
+def test_centralized_plan_reclaims_as_the_ideal_does_after_its_decision_latency():
+    """The ideal (tests/test_preemption.py): A0, A1 stopped at 8 (B below its share from 1, timeout 5,
+    first recheck 6, grace 2), B0 and B1 on n0 and n1. The centralized selector decides the same, each a
+    decision attempt later (its busy time): within 10 ms."""
+    a, plans, _ = plan_named("drf_reclaim")
+    r = simulate(lower(plans["centralized"], a, nodes=4), reclaim_scenario())
+    t = {x.id: x for x in r.tasks}
+    assert [(n, pytest.approx(stop, abs=0.01)) for n, _, stop in t["A0"].stopped] == [("n0", 8.0)]
+    assert [(n, pytest.approx(stop, abs=0.01)) for n, _, stop in t["A1"].stopped] == [("n1", 8.0)]
+    assert t["B0"].started_at == pytest.approx(8.0, abs=0.01) and t["B1"].started_at == pytest.approx(8.0, abs=0.01)
+    m = r.metrics()
+    assert m.preemptions == 2 and m.wasted_s == pytest.approx(16.0, abs=0.02)
+
+
+def test_simulated_hybrid_and_decentralized_plans_cannot_reclaim_across_tenants():
+    """What the compiler's exclusion says, measured: a hybrid never preempts; a decentralized scheduler
+    (one per submitter: here per tenant) sees only its own tenant's running tasks, so B's finds no victim
+    and B waits for A's tasks to end at 10."""
+    a = analyze(load_policy("drf_reclaim"))
+    for arch in (Architecture.HYBRID, Architecture.DECENTRALIZED):
+        r = simulate(lower(_unfiltered(a, arch), a, nodes=4), reclaim_scenario())
+        assert r.metrics().preemptions == 0, arch
+        assert min(x.started_at for x in r.tasks if x.id.startswith("B")) >= 10.0
+
+
+def test_a_decentralized_scheduler_preempts_what_it_placed_itself():
+    """priority_preemptive, one submitter for every task: its scheduler placed the low task, so it can take it
+    back for the high one -- the approximation works when the victim is its own."""
+    a = analyze(load_policy("priority_preemptive"))
+    sc = scenario_from_dict({"nodes": [{"id": "n0", "queue": 0}], "tasks": [
+        pt("lo", 0.0, 20, submitter="c", priority=0), pt("hi", 1.0, 1, False, submitter="c", priority=5)]})
+    r = simulate(lower(_unfiltered(a, Architecture.DECENTRALIZED), a, nodes=1), sc)
+    t = {x.id: x for x in r.tasks}
+    assert t["lo"].preemptions == 1 and t["hi"].started_at == pytest.approx(3.0, abs=0.01)  # 1 + grace 2
+
+
+def _unfiltered(analysis, arch):
+    """The first plan of ``arch`` the IR allows, as if the policy did not preempt (the simulator runs it)."""
+    import dataclasses
+
+    plans, _ = enumerate_plans(analyze(dataclasses.replace(analysis.policy, preempt=None)), nodes=4)
+    return next(p for p in plans if p.architecture is arch)
