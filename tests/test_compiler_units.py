@@ -41,8 +41,8 @@ def test_drf_lb_state_is_mergeable():
     ("drf_lb_paper", "product", "max(alloc[task.tenant] / capacity)", "get_load(node)",
      ("max(alloc[task.tenant] / capacity) >= 0",)),
     # (priority ages since issue 39: task.waited is now() - task.arrival in the IR)
-    ("priority", "additive", "-task.priority * 1000 - age_weight * min((now() - task.arrival) / max_age, 1.0)",
-     "get_load(node)", ()),
+    ("priority", "additive", "-task.priority * 1000 - age_weight * min((now() - task.arrival) / max_age, 1.0) "
+     "- 1000000000.0 * (now() - task.arrival >= max_age)", "get_load(node)", ()),
     ("priority_preemptive", "additive", "-task.priority * 1000", "get_load(node)", ()),
     ("drf_reclaim", "additive", "max(alloc[task.tenant] / capacity) * 1000", "get_load(node)", ()),
     ("shortest_job_first", "additive", "task.expected_duration * 1000", "get_load(node)", ()),

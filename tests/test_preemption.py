@@ -208,11 +208,32 @@ def test_priority_ages_a_low_task_past_a_steady_high_load():
 
 
 def test_without_aging_the_low_task_starves():
+    """max_age 1e9 s: no task ages in this run -- strict priority: low waits for the last high task."""
     from ray_adaptive.dsl import load_policy, format_policy
 
-    text = format_policy(load_policy("priority")).replace("age_weight: float = 2000.0", "age_weight: float = 0.0")
+    text = format_policy(load_policy("priority")).replace("max_age: float = 10.0", "max_age: float = 1e9")
     r = _stream(text)
     assert by_id(r)["low"].started_at == 30.0  # only after the last high task (h29, 29 -> 30)
+
+
+def _overload(policy):
+    """One node; high tasks of 1 s every 0.5 s from 0 (200% load: a growing backlog), low at 0.25."""
+    tasks = [task(f"h{i:02d}", i * 0.5, 1.0, priority=1) for i in range(60)] + [task("low", 0.25, 1.0, priority=0)]
+    return run(policy, [node("n0", queue=0)], tasks)
+
+
+def test_a_task_that_waited_max_age_goes_ahead_even_of_aged_high_tasks():
+    """One high task starts each second (t=0..10: h00..h10, which arrived at 0..5); at t=k the oldest high
+    waiting arrived at k/2. At 11 low has waited 10.75 >= max_age: it goes ahead of h11 (waited 5.5).
+    Slurm's factor alone would not let it: low -2000 (capped) against h11's -1000 - 2000 x 0.55 = -2100,
+    and the high tasks' waits grow from there -- low would start only after the last high, at 60."""
+    from ray_adaptive.dsl import load_policy, format_policy
+
+    r = _overload("priority")
+    assert by_id(r)["low"].started_at == 11.0
+    assert [d.task for d in r.decisions][10:13] == ["h10", "low", "h11"]
+    slurm = format_policy(load_policy("priority")).replace(" - 1000000000.0 * aged", "")
+    assert by_id(_overload(slurm))["low"].started_at == 60.0
 
 
 def test_aging_weights_are_state_constants():
