@@ -257,6 +257,9 @@ def run(minutes: float, seed: int, smoke: bool) -> dict:
             threads = []
             for kind, at in zip(kinds, offsets):
                 time.sleep(max(0.0, t0 + at - time.monotonic()))
+                if kind in ("remove_node", "add_node"):  # (Ray's Cluster starts raylets from the main thread only)
+                    fault(kind)
+                    continue
                 th = threading.Thread(target=fault, args=(kind,), daemon=True)
                 th.start()
                 threads.append(th)

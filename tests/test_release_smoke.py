@@ -95,10 +95,17 @@ def _shared_service(d):
     assert all(_positive(x) for x in d["first_placement_s"].values()) and d["ran"] == d["tasks"], d
 
 
+def _chaos(d):
+    assert d["ok"], {k: d[k] for k in ("lost", "run_twice", "audit_failures", "leaked_actors", "leaked_resources")}
+    assert d["faults_total"] >= 3 and d["finished"] > 0 and d["audits"] == d["audits_exact"] >= 2
+    assert d["lost_count"] == d["run_twice_count"] == 0
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
-          "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service}
+          "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
+          "chaos": _chaos}
 
 
 def _release_tests() -> list:

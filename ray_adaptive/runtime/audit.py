@@ -297,10 +297,11 @@ def audit_store(store: Any, timeout_s: float = 10.0, answer_s: float = 5.0) -> A
     readings = 0
     while True:
         readings += 1
-        cfg = ray.get(store.config.remote(), timeout=30)
-        lowered = cfg["plan"]
-        report = AuditReport(lowered.policy.name, lowered.name, cfg["generation"], exact=False, settled=False)
+        report = AuditReport("", "", -1, exact=False, settled=False)
         try:
+            cfg = ray.get(store.config.remote(), timeout=30)
+            lowered = cfg["plan"]
+            report.policy, report.plan, report.generation = lowered.policy.name, lowered.name, cfg["generation"]
             before = _survey(store, answer_s)
             state, where = _in_force(cfg, store, before)
             after = _survey(store, answer_s)
@@ -331,7 +332,7 @@ def audit_store(store: Any, timeout_s: float = 10.0, answer_s: float = 5.0) -> A
             report.exact = not why
         except _Unsettled as err:
             report.reason = str(err)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ValueError) as err:
+        except (ray.exceptions.RayError, ValueError) as err:  # (the store or the selector restarts: read again)
             report.reason = f"an actor of the runtime did not answer ({type(err).__name__}: {str(err)[:200]})"
         report.readings, report.seconds = readings, round(time.monotonic() - start, 3)
         if report.exact or time.monotonic() > deadline:

@@ -88,7 +88,9 @@ class JobWatch:
             while not self._stop.wait(self.PERIOD_S) and ray.is_initialized():
                 try:
                     self.check()
-                except Exception:  # the store restarts, or the runtime is shutting down: look again
+                except ray.exceptions.ActorUnavailableError:  # the store restarts: look again, nothing to say
+                    continue
+                except Exception:  # the runtime is shutting down, or worse: look again
                     if ray.is_initialized() and not self._stop.is_set():
                         log.warning("ray-adaptive: taking the jobs that ended out of the runtime failed; trying again",
                                     exc_info=True)
