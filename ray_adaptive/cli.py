@@ -187,9 +187,11 @@ def check(files: tuple[str, ...]) -> None:
             continue
         hooks = ", ".join(h.name for h in p.hooks) or "no hooks"
         limit = f", limit {p.limit:g}" if p.limit is not None else ""
+        preempt = (f", Preempt (grace {p.preempt.grace:g} s, max {p.preempt.max_preemptions})"
+                   if p.preempt is not None else "")  # (issue 39)
         click.echo(_printable(
             f"{f}: ok: policy {p.name}: {len(p.task_fields)} task fields, {len(p.node_fields)} node fields, "
-            f"{len(p.state)} state variables, Score{limit}, {hooks}"
+            f"{len(p.state)} state variables, Score{limit}{preempt}, {hooks}"
         ))
     sys.exit(1 if failed else 0)
 
