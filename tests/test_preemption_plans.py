@@ -90,3 +90,26 @@ def _unfiltered(analysis, arch):
 
     plans, _ = enumerate_plans(analyze(dataclasses.replace(analysis.policy, preempt=None)), nodes=4)
     return next(p for p in plans if p.architecture is arch)
+
+
+def test_a_live_switch_in_a_grace_drops_the_choice_and_the_new_plan_chooses_again():
+    """Centralized -> centralized+heartbeat at 7, inside the grace of the choice made at 6 (A3 and A2, stops
+    due at 8). The old selector's choice lapses at 8 (its server is retired); the new selector, waiting
+    for room, rechecks at 8 and chooses the same victims: stopped at 8 + grace 2 = 10. Every task runs to
+    its end exactly once and the truth's State is back to zero."""
+    from ray_adaptive.sim.plan_sim import PlanSim
+
+    a, plans, _ = plan_named("drf_reclaim")
+    sim = PlanSim(lower(plans["centralized"], a, Profile(), nodes=4), reclaim_scenario(), deadline="start")
+    sim.advance(7.0)
+    assert {t.id: t.nominee.id for t in sim.tasks if t.nominee} == {"B0": "A3", "B1": "A2"}
+    sim.switch(lower(plans["centralized+heartbeat 10ms"], a, Profile(), nodes=4), 7.0, pause_s=0.05)
+    sim.run()
+    t = {x.id: x for x in sim.tasks}
+    assert [(x, t[x].stopped[0][0], t[x].stopped[0][2]) for x in ("A2", "A3")] == [("A2", "n2", 10.0), ("A3", "n3", 10.0)]
+    assert (t["B0"].started_at, t["B1"].started_at) == (10.0, 10.0)
+    assert {x.status for x in sim.tasks} == {"finished"} and sim.unresolved == 0
+    assert sum(x.preemptions for x in sim.tasks) == 2
+    state = sim.books.truth.state
+    assert (state["tasks"], state["waiting"], state["tenants"]) == ({"A": 0, "B": 0}, {"A": 0, "B": 0}, 0)
+    assert all(not v.any() for v in state["alloc"].values())
