@@ -85,6 +85,9 @@ class Submitter:
         self.futures = [fn.submit(path) for _ in range(n)]  # (.remote() waits for room; these may not get any yet)
         return n
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def wait(self) -> int:
         return sum(ray.get([f.result(timeout=120) for f in self.futures], timeout=120))
 
@@ -138,3 +141,42 @@ def test_a_drift_injected_at_the_store_is_reported_per_variable_and_by_status(ru
     ray.get(store.sync.remote("ghost", {}, {}, rt.topology.generation, ("x", [(2, {"alloc": {"a": np.array(VEC)}})])))
     out = CliRunner().invoke(main, ["status", "drf_lb", "--audit", "--json"])
     assert out.exit_code == 0 and '"exact": true' in out.output, out.output
+
+
+KNOWN_DRIFT = ("issue 35, open: a process taken for dead at a switch resumes its running tasks without their "
+               "OnDispatch, which never reached the State handed over")
+
+
+def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_state(runtime, monkeypatch):
+    """What release_tests/chaos.py --seed 3 found (a store restart slowed a live driver's ack past the switch's
+    timeout): a decentralized replica whose last OnDispatch were not pushed yet (it pushes when tasks wait or
+    finish) misses a switch's freeze; the switch collects the merged State without them, and the process,
+    resuming, counts its running tasks under the new plan with no hook: their OnFinish drive the allocation
+    below zero. Made deterministic by stopping the process (SIGSTOP) across the switch's ack timeout."""
+    import signal
+
+    from ray_adaptive.runtime import switch as switching
+
+    rt = runtime("decentralized")
+    release = os.path.join(tempfile.mkdtemp(prefix="ra-audit-"), "release")
+    other = Submitter.remote()
+    pid = ray.get(other.pid.remote(), timeout=30)
+    try:
+        ray.get(other.submit.remote(release, 2), timeout=60)
+        wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.exact and r.placed == 2, timeout=30)
+        monkeypatch.setitem(switching.switch.__kwdefaults__, "ack_timeout_s", 2.0)  # (10 s by default)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            entry = rt.switch("centralized")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert entry["unacked"], entry  # (the interleaving: the process missed the freeze)
+        report = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled and r.processes == 2, timeout=30)
+        if not report.exact and list(report.differences) == ["alloc"]:  # (the drift as chaos.py saw it)
+            pytest.xfail(f"{KNOWN_DRIFT}:\n{report.format()}")
+        assert report.exact, report.format()
+    finally:
+        open(release, "w").close()
+    assert ray.get(other.wait.remote(), timeout=120) == 2
+    after = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled, timeout=30)
+    assert after.exact, after.format()
