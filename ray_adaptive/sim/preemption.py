@@ -44,6 +44,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ray_adaptive.dsl.interp import Interpreter
+from ray_adaptive.plan.room import has_room
 from ray_adaptive.sim.model import Node, Task
 
 __all__ = ["RECHECK_S", "Nomination", "victims", "nominate", "fits_after", "release", "next_recheck"]
@@ -62,7 +63,10 @@ class Nomination:
 
 
 def fits_after(node: Node, victim: Task, task: Task) -> bool:
-    """Whether ``task``'s resources fit on ``node`` once ``victim`` has left it."""
+    """Whether ``task`` may take ``victim``'s place on ``node``: the node keeps a slot for it (not drained,
+    :mod:`ray_adaptive.sim.membership`) and its resources fit once ``victim`` has left."""
+    if not has_room(node.load - 1, node.slots):
+        return False
     res, held, freed = node.spec.resources, node._held, victim.spec.resources
     return all(res.get(r, 0.0) - held.get(r, 0.0) + freed.get(r, 0.0) >= amount - 1e-9
                for r, amount in task.spec.resources.items())
@@ -105,6 +109,7 @@ def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node]
     column = {n.id: j for j, n in enumerate(nodes)}
     on_node = np.array([column[v.node.id] for v in running])
     taken = np.zeros(len(running), dtype=bool)
+    room = np.array([has_room(v.node.load - 1, v.node.slots) for v in running], dtype=bool)  # (not drained)
     want = scratch.preempt_matrix(waiting, running, now)  # (tasks, victims), recomputed after each choice
     out = []
     for i in order:
@@ -115,6 +120,8 @@ def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node]
         row[taken | ~np.isfinite(scores[i, on_node])] = math.inf
         if task.spec.resources:
             row[[not fits_after(v.node, v, task) for v in running]] = math.inf
+        else:
+            row[~room] = math.inf
         j = int(np.argmin(row))
         if row[j] == math.inf:
             continue
