@@ -189,7 +189,7 @@ def _run_hook_on_lanes(it, name, task, node):
 
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(st.tuples(
-    st.sampled_from(["OnArrival", "OnDispatch", "OnFinish"]),
+    st.sampled_from(["OnArrival", "OnDispatch", "OnFinish", "OnPreempt"]),
     st.sampled_from(["a", "b"]),
     st.lists(st.sampled_from([0.0, 0.1, 0.5, 2.0]), min_size=3, max_size=3),
     st.integers(-2, 4),  # n (0: division by zero)
