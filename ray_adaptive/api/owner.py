@@ -96,7 +96,7 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
         rt.publish_info(group_by=o.group_by, owner=client)  # (status leaves the owner's own process out)
         if o.adapt is not None:
             rt.control_loop = _control_loop(rt, o.adapt, o.profile)
-        rt.jobs = JobWatch(topology.store, client, rt.evict, p.name)
+        rt.jobs = JobWatch(topology.store, client, rt.evict, p.name, late=rt.rebuild_late)
         rt.node_options = (o.executors, o.queue)
         rt.nodes = NodeWatch(rt.follow_cluster, p.name)
     except BaseException:

@@ -58,6 +58,8 @@ class PolicyRuntime:
         self._history: List[dict] = []
         self._switching = threading.Lock()
         self._owned: Optional[Topology] = None  # the topology this process built last (it owns its actors)
+        # processes a switch took for dead that were still registered -> when (this process's monotonic clock)
+        self._late: Dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"PolicyRuntime({self.name!r}, plan={self.plan.name!r})"
@@ -215,6 +217,37 @@ class PolicyRuntime:
             raise RuntimeError(f"policy {self.name!r}: taking up the cluster's nodes failed: {entry['rolled_back']}")
         return entry
 
+    def rebuild_late(self) -> Optional[dict]:
+        """Owner: rebuild the State once a process a switch took for dead is heard from again (the owner's
+        job watch calls it every 0.5 s). Such a process -- stopped, or too slow to freeze within the ack
+        timeout -- missed the handover: a decentralized replica's last changes (the OnDispatch of tasks it
+        just placed: it pushes when tasks wait or finish) never reached the State the new plan started
+        from, and it resumes with those tasks running, so their OnFinish would take from the State what
+        was never added. A live switch to the plan in force with ``rebuild`` recomputes the State from
+        every process's tasks. A process that left or was evicted meanwhile needs none (its eviction
+        rebuilt it). Returns the entry appended to :attr:`history`, or None."""
+        if not self._late or self.router.closed:
+            return None
+        quiet = background.get(self.topology.store.quiet_for.remote(list(self._late)), timeout=30)
+        now = time.monotonic()
+        back = [c for c, since in self._late.items() if c in quiet and quiet[c] < now - since]
+        for c in [c for c in self._late if c not in quiet]:
+            del self._late[c]
+        if not back:
+            return None
+        with self._switching:
+            if self.router.closed:
+                return None
+            reason = (f"{len(back)} process(es) a switch took for dead live on: the State rebuilt from every "
+                      f"process's tasks")
+            entry = self._replace(self.topology.plan, reason, rebuild=True)
+            if "rolled_back" not in entry:  # (else tried again at the next look)
+                for c in back:
+                    if self._late.get(c, 0.0) < now:  # (unless this very rebuild took it for dead again)
+                        self._late.pop(c, None)
+            self.publish_info()
+        return entry
+
     def _replace(self, lowered: Any, reason: str, *, rebuild: bool = False, estimates: Optional[dict] = None,
                  measured: Optional[dict] = None, on_phase=None, nodes=None, slots=None) -> dict:
         """Put ``lowered`` in force by a live switch (holds ``_switching``); the entry for :attr:`history`.
@@ -236,6 +269,8 @@ class PolicyRuntime:
             self._history.append(entry)
             return entry
         self._owned = new  # (actors live while their creator holds a handle: this process, until retired)
+        for client in what["unacked"]:  # (see rebuild_late)
+            self._late.setdefault(client, time.monotonic())
         self.router.wait_generation(new.generation)
         entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,
                  "reason": reason, "estimates": estimates or {}, "measured": measured or {},

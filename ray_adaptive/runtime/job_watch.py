@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
@@ -70,8 +70,11 @@ class JobWatch:
 
     PERIOD_S = 0.5
 
-    def __init__(self, store: Actor, own_client: str, evict: Callable[[str, List[str]], Any], name: str):
-        self._store, self._own, self._evict = store, own_client, evict
+    def __init__(self, store: Actor, own_client: str, evict: Callable[[str, List[str]], Any], name: str,
+                 late: Optional[Callable[[], Any]] = None):
+        """``late``: called at each look too (the owner's rebuild for processes a switch took for dead that
+        live on: :meth:`ray_adaptive.api.PolicyRuntime.rebuild_late`)."""
+        self._store, self._own, self._evict, self._late = store, own_client, evict, late
         self._owed: Dict[str, List[str]] = {}  # job -> its processes, whose eviction is still to (re)do
         self._stop = threading.Event()
         autoinit.hold()  # (released when the thread ends)
@@ -114,4 +117,6 @@ class JobWatch:
                 break
             self._evict(job, gone)
             del self._owed[job]
+        if self._late is not None and not self._stop.is_set():
+            self._late()
         return dead

@@ -363,6 +363,13 @@ class StateStore:
             if client in self._clients:
                 self._clients[client] = time.monotonic()
 
+    def quiet_for(self, clients: List[str]) -> Dict[str, float]:
+        """Seconds since each of ``clients`` still registered was last heard from (a load report, a join):
+        how the owner learns that a process a switch took for dead lives on."""
+        with self._cond:
+            now = time.monotonic()
+            return {c: now - self._clients[c] for c in clients if c in self._clients}
+
     def loads(self) -> Dict[str, dict]:
         with self._cond:
             return {c: dict(r) for c, r in self._reports.items()}
