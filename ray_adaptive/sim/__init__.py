@@ -2,7 +2,8 @@
 
 * :mod:`~ray_adaptive.sim.model` -- the cluster and scheduling model (nodes, tasks, their lives);
 * :mod:`~ray_adaptive.sim.events`, :mod:`~ray_adaptive.sim.cluster` -- the event loop and the nodes on it;
-* :mod:`~ray_adaptive.sim.ideal`, :mod:`~ray_adaptive.sim.replay` -- the ideal scheduler, end to end;
+* :mod:`~ray_adaptive.sim.ideal`, :mod:`~ray_adaptive.sim.replay` -- the ideal scheduler, end to end; its
+  preemptions: :mod:`~ray_adaptive.sim.preemption` (the rules), a plan's: :mod:`~ray_adaptive.sim.plan_preemption`;
 * :mod:`~ray_adaptive.sim.plan_sim` -- a lowered plan's schedulers, with their latencies: its roles hosted by
   :mod:`~ray_adaptive.sim.hosts` (on :mod:`~ray_adaptive.sim.servers`, :mod:`~ray_adaptive.sim.sync_rounds`),
   the run's books in :mod:`~ray_adaptive.sim.bookkeeping`, a busy start in :mod:`~ray_adaptive.sim.prefill`,
