@@ -1,0 +1,92 @@
+"""Ray's real autoscaler (v1, the fake multi-node provider) under a backlog the policy holds.
+
+The cluster: a 0-CPU head and a node type of 1 CPU, 1 to 3 of them. Tasks the
+policy holds in the caller are not in Ray's queue; the demand reporter tells
+the autoscaler, which adds nodes up to the maximum; the policy places tasks on
+them as they join; once the backlog drains the request is cleared and the idle
+nodes go back to the minimum. Every task body runs once (a marker file per
+task, created exclusively). The cluster runs in a session of its own and is
+stopped by PID (never ``ray stop``): no process of it may be left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import ray
+
+import ray_adaptive as ra
+from ray_adaptive._private.autoscaler import launchable_node_types
+from ray_adaptive._private.fake_autoscaler import FakeAutoscalingCluster
+from ray_adaptive.runtime.demand import DemandReporter
+from tests.conftest import wait_for
+
+MIN, MAX = 1, 3
+TYPES = {"cpu1": {"resources": {"CPU": 1}, "min_workers": MIN, "max_workers": MAX}}
+
+
+def _workers() -> list:
+    """The alive nodes with CPUs (the head has none), by id."""
+    return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
+
+
+def _standing_request():
+    from ray.experimental.internal_kv import _internal_kv_get  # (a test may read private Ray)
+
+    raw = _internal_kv_get("autoscaler_resource_request")
+    return None if raw is None else json.loads(raw)
+
+
+@pytest.fixture(scope="module")
+def fake_cluster():
+    fc = FakeAutoscalingCluster({"CPU": 0}, TYPES, idle_timeout_s=4)
+    try:
+        ray.init(address=fc.start(), logging_level="ERROR", log_to_driver=False)
+        wait_for(lambda: len(_workers()) == MIN, timeout=60, message=lambda: f"workers: {_workers()}")
+        yield fc
+    finally:
+        ray.shutdown()
+        sid = fc.sid
+        fc.shutdown()  # (raises naming any process left)
+    assert sid is not None and fc.pids() == []
+
+
+@ray.remote(num_cpus=1, max_retries=0)
+def marked(folder: str, i: int) -> str:
+    node = ray.get_runtime_context().get_node_id()
+    os.close(os.open(os.path.join(folder, f"t{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    time.sleep(2.0)
+    return node
+
+
+def test_the_node_types_the_autoscaler_may_add(fake_cluster):
+    assert launchable_node_types() == [{"CPU": 1.0}]  # 1 of 3 up
+
+
+def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back(fake_cluster, tmp_path):
+    first = _workers()
+    rt = ra.start("least_loaded", plan="centralized", hold="caller")
+    reporter = DemandReporter(rt.topology.store, "test")
+    try:
+        fn = ra.policy("least_loaded")(marked)
+        refs = [fn.remote(str(tmp_path), i) for i in range(12)]
+        # the policy holds 11 of them (1 executor): the request asks room for all 12 (1 running + 11 held)
+        wait_for(lambda: reporter.sent, timeout=10, message="no request sent")
+        assert reporter.sent and len(reporter.sent) <= 12 and all(b == {"CPU": 1.0} for b in reporter.sent)
+        wait_for(lambda: len(_workers()) == MAX, timeout=45, message=lambda: f"workers: {_workers()}")
+        nodes = ray.get(refs, timeout=90)
+    finally:
+        try:
+            wait_for(lambda: reporter.sent == [], timeout=10, message=lambda: f"still requested: {reporter.sent}")
+        finally:
+            reporter.stop()
+            ra.shutdown()
+    assert sorted(os.listdir(tmp_path)) == sorted(f"t{i}" for i in range(12))  # every body once
+    joined = set(nodes) - set(first)
+    assert joined, f"no task ran on a node the autoscaler added: {sorted(set(nodes))}, first {first}"
+    assert _standing_request() == []  # cleared once drained
+    # idle nodes are removed: back to the minimum
+    wait_for(lambda: len(_workers()) == MIN, timeout=45, message=lambda: f"workers: {_workers()}")
