@@ -96,6 +96,33 @@ def test_ray_up_accepts_the_config(name):
         assert cfg["available_node_types"].keys() == load(name)["available_node_types"].keys()
 
 
+def fixed_worker_types(name: str, cfg: dict) -> list:
+    """The worker types of a prepared config that cannot grow (min_workers == max_workers); the local
+    provider's single type is both the head's and the workers'."""
+    types = cfg["available_node_types"]
+    workers = types if name == "local" else {t: nt for t, nt in types.items() if t != cfg["head_node_type"]}
+    assert workers, name
+    return sorted(t for t, nt in workers.items() if nt["min_workers"] >= nt["max_workers"])
+
+
+@pytest.mark.parametrize("name", LAUNCHER)
+def test_the_workers_autoscale(name):
+    """Every worker type may grow (min_workers < max_workers), within the cluster's max_workers; a copy
+    pinned to a fixed size is caught."""
+    cfg = prepared(name)
+    assert fixed_worker_types(name, cfg) == []
+    if name != "local":
+        head = cfg["head_node_type"]
+        assert sum(nt["max_workers"] for t, nt in cfg["available_node_types"].items() if t != head) <= cfg["max_workers"]
+    pinned = load(name)
+    if name == "local":
+        pinned["min_workers"] = pinned["max_workers"]
+    else:
+        for nt in pinned["available_node_types"].values():
+            nt["min_workers"] = nt["max_workers"]
+    assert fixed_worker_types(name, prepare_config(pinned))
+
+
 @pytest.mark.parametrize("name", LAUNCHER)
 def test_validate_config_rejects_broken_copies(name):
     cfg = prepared(name)
@@ -205,14 +232,14 @@ def test_kuberay_structure():
     assert isinstance(spec["headGroupSpec"]["rayStartParams"], dict)
     workers = spec["workerGroupSpecs"]
     assert len(workers) >= 2
-    autoscaling = spec.get("enableInTreeAutoscaling", False)
+    # the cluster autoscales (nodes that join enter the policy live; the policy's backlog reaches the autoscaler)
+    assert spec.get("enableInTreeAutoscaling") is True
     for g in workers:
         assert g["groupName"]
         for k in ("replicas", "minReplicas", "maxReplicas"):
             assert type(g[k]) is int, (g["groupName"], k)
         assert g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
-        if not autoscaling:  # a fixed-size cluster: ra.start binds to the nodes it sees
-            assert g["minReplicas"] == g["replicas"] == g["maxReplicas"]
+        assert g["minReplicas"] < g["maxReplicas"], (g["groupName"], "a group that cannot grow")
     for name, g in groups(cr):
         params = g["rayStartParams"]
         assert all(isinstance(v, str) for v in params.values()), (name, params)  # map[string]string in the CRD
