@@ -223,7 +223,7 @@ class FakeAutoscalingCluster:
         """Every live process of this cluster: the head's, the autoscaler's, the nodes it added, their workers."""
         return [] if self.sid is None else session_pids(self.sid)
 
-    def shutdown(self, grace_s: float = 10.0, keep_temp_dir: bool = False) -> List[int]:
+    def shutdown(self, grace_s: float = 3.0, keep_temp_dir: bool = False) -> List[int]:
         """Stop every process of this cluster; return the PIDs that needed SIGKILL.
 
         ``ray start --block`` stops the head's processes on SIGTERM, but not the
