@@ -6,6 +6,7 @@ import math
 from concurrent.futures import Future
 from typing import Any, Dict, Mapping, Optional
 
+from ray.actor import ActorClass
 from ray.remote_function import RemoteFunction
 
 from ray_adaptive._private.submit import default_options, launcher
@@ -120,7 +121,8 @@ class PolicyFunction:
 
 
 def policy(name: str):
-    """Decorate a ``@ray.remote`` function so that policy ``name`` places its tasks.
+    """Decorate a ``@ray.remote`` function so that policy ``name`` places its tasks -- or a ``@ray.remote``
+    class, so that it places its actors (:class:`~ray_adaptive.api.actor_class.PolicyActorClass`).
 
     Put it above ``@ray.remote``::
 
@@ -131,10 +133,15 @@ def policy(name: str):
     if not isinstance(name, str) or not name:
         raise TypeError(f"@ra.policy takes a policy name, got {name!r}")
 
-    def wrap(remote_fn: Any) -> PolicyFunction:
+    def wrap(remote_fn: Any) -> Any:
+        if isinstance(remote_fn, ActorClass):  # actors: only their creation is placed (see api.actor_class)
+            from ray_adaptive.api.actor_class import PolicyActorClass
+
+            return PolicyActorClass(remote_fn, name)
         if not isinstance(remote_fn, RemoteFunction):
             raise TypeError(
-                f"@ra.policy({name!r}) must decorate a @ray.remote function (put it above @ray.remote); got {remote_fn!r}"
+                f"@ra.policy({name!r}) must decorate a @ray.remote function or class (put it above @ray.remote); "
+                f"got {remote_fn!r}"
             )
         return PolicyFunction(remote_fn, name)
 

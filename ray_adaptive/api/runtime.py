@@ -16,6 +16,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor, percentiles
 from ray_adaptive.plan import Plan
 from ray_adaptive.runtime import background
+from ray_adaptive.runtime.actor_life import placed_actor_task_id, release_actors
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.node_watch import NodeWatch
@@ -309,7 +310,7 @@ class PolicyRuntime:
         """Where a task of this process was placed and why: its score on each candidate node at the
         moment of the decision and the runner-up (from the deciding scheduler's recent decisions,
         ``decision_records`` of :func:`~ray_adaptive.start`). ``task``: a task id, its Future, or its
-        ObjectRef while it runs."""
+        ObjectRef while it runs; an actor's handle while it lives."""
         self._live()
         return self.router.explain(self._task_id(task))
 
@@ -318,7 +319,7 @@ class PolicyRuntime:
             return task
         if isinstance(task, Future) and hasattr(task, "task_id"):
             return task.task_id
-        found = self.router.task_id_of(task)
+        found = self.router.task_id_of(task) if isinstance(task, ray.ObjectRef) else placed_actor_task_id(task)
         if found is None:
             raise ValueError(f"{task!r} is not a task of this process that runs now: give its task id or its Future")
         return found
@@ -364,6 +365,7 @@ class PolicyRuntime:
             self.nodes.stop()
         if self.control_loop is not None:
             self.control_loop.stop()
+        release_actors(self.name, join=timeout <= 0)  # (issue 38: its policy actors' OnFinish, see runtime.actor_life)
         self.router.close(timeout)
         if self.binding is not None and ray.is_initialized():
             if self._owned is not None:

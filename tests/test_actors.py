@@ -1,0 +1,292 @@
+"""Actors placed by policies (issue 38), on the session's 4-node cluster.
+
+Under each plan: 8 actors under least-loaded land two per node; ``ray.kill``
+of one runs its OnFinish once (its node's count in State drops by one) and
+the next actor goes to that node. A node lost with actors on it: OnFinish
+once each, and the one with ``max_restarts=1`` is placed again by the policy.
+Actor creations survive a selector kill, each constructor run once. Actors
+and tasks share DRF-LB's State: two tenants' dominant shares stay within one
+task of each other under backlog.
+
+The policy is least-loaded with counters in State (``held`` per node,
+``dispatches``, ``finishes``), so that every hook's run is seen exactly.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import uuid
+
+import pytest
+import ray
+
+import ray_adaptive as ra
+from ray_adaptive import resources
+from ray_adaptive.dsl import parse_policy
+from ray_adaptive.runtime.actor_life import actor_stats
+from tests.conftest import wait_for
+
+COUNTED = """
+// least-loaded, counting each hook's runs in State
+State:
+  held: map<string, int>
+  dispatches: int
+  finishes: int
+
+Score(task, node):
+  return get_load(node)
+
+OnDispatch(task, node):
+  held[node.id] += 1
+  dispatches += 1
+
+OnFinish(task, node):
+  held[node.id] -= 1
+  finishes += 1
+"""
+NAME = "counted_ll"
+
+
+@ray.remote(num_cpus=0)
+class Replica:
+    """Where it runs; ``marks``: a directory where each constructor run leaves a file of its own, and the
+    actor's index one made with O_EXCL (a second run for that index fails to create it)."""
+
+    def __init__(self, index=None, marks=None):
+        if marks is not None:
+            with open(os.path.join(marks, f"run-{index}-{uuid.uuid4().hex}"), "w"):
+                pass
+            os.close(os.open(os.path.join(marks, f"actor-{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+
+
+def _state(rt) -> dict:
+    """The policy's State as the plan in force holds it: the selector's (unless it leased it to this
+    process), else this process's (the only submitting one: its replica saw every hook). A lease moving
+    between the two reads is read again."""
+    for _ in range(50):
+        try:
+            ex = rt.export()
+        except ray.exceptions.RayActorError:  # (a live switch retired the selector read: the next one holds it)
+            time.sleep(0.05)
+            continue
+        selector = ex.get("selector")
+        if selector is not None and selector.get("leased_to") is None:
+            return selector["state"]
+        caller = ex["caller"]
+        if "state" in caller or "lease" in caller:
+            return caller["state"] if "state" in caller else caller["lease"]["state"]
+        time.sleep(0.02)
+    raise AssertionError("no State found")
+
+
+def _held(rt) -> dict:
+    return {n: k for n, k in _state(rt)["held"].items() if k}
+
+
+def _start(plan, **kw):
+    return ra.start(parse_policy(COUNTED, name=NAME), plan=plan, executors=2, queue=2, **kw)
+
+
+def _shut_down(handles):
+    """Whatever the test's outcome: its actors killed (a binding resource goes with its actor), the policy stopped."""
+    for h in handles:
+        ray.kill(h)
+    ra.shutdown()
+
+
+def _ended_everywhere(rt, handles):
+    for h in handles:
+        ray.kill(h)
+    wait_for(lambda: not rt.router.outstanding(), timeout=30,
+             message=lambda: f"every actor's end harvested: {rt.router.outstanding()}")
+
+
+@pytest.mark.parametrize("plan", ["centralized", "decentralized", "hybrid"])
+def test_actors_spread_and_a_killed_one_frees_its_place(ray_cluster, plan):
+    nodes = ray_cluster.node_ids
+    # (the counting policy has no hybrid plan: its hooks read the node, which the hybrid's selector does not
+    # know when it runs them; there, plain least-loaded, and the router's counts)
+    name = NAME if plan != "hybrid" else "least_loaded"
+    rt = _start(plan) if plan != "hybrid" else ra.start("least_loaded", plan=plan, executors=2, queue=2)
+    handles: list = []
+    try:
+        cls = ra.policy(name)(Replica)
+        handles += [cls.options(task={}).remote() for _ in range(8)]
+        assert all(isinstance(h, ray.actor.ActorHandle) for h in handles)
+        where = ray.get([h.node.remote() for h in handles], timeout=60)
+        assert collections.Counter(where) == {n: 2 for n in nodes}, where
+        assert rt.router.outstanding() == {n: 2 for n in nodes}
+        placed = rt.why_placed(handles[0])
+        assert placed["state"] == "placed", placed
+        if plan != "hybrid":  # (the hybrid's selector runs the hooks before a placement picks the node)
+            wait_for(lambda: _held(rt), until=lambda h: h == {n: 2 for n in nodes}, timeout=10)
+
+        ray.kill(handles[0])
+        wait_for(lambda: rt.router.outstanding().get(where[0]), until=lambda k: k == 1, timeout=20,
+                 message="the killed actor's end harvested")
+        if plan != "hybrid":
+            wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 1 and s["held"][where[0]] == 1,
+                     timeout=10)
+        time.sleep(0.5)  # (no second OnFinish comes later)
+        assert rt.stats()["finished"] == 1
+        if plan != "hybrid":
+            assert _state(rt)["finishes"] == 1
+
+        handles.append(cls.options(task={}).remote())
+        assert ray.get(handles[-1].node.remote(), timeout=60) == where[0]  # the place the killed one left
+        _ended_everywhere(rt, handles[1:])
+        if plan != "hybrid":
+            wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 9 and s["dispatches"] == 9
+                     and not any(s["held"].values()), timeout=10)
+        assert rt.stats()["finished"] == 9
+    finally:
+        _shut_down(handles)
+    assert actor_stats(name).ended.get("dead", 0) >= 9
+    wait_for(lambda: not resources.created_resources(), timeout=10,
+             message=lambda: f"no binding resource left: {resources.created_resources()}")
+
+
+def test_a_lost_node_ends_its_actors_once_and_restartable_ones_are_placed_again(ray_cluster):
+    extra = ray_cluster.cluster.add_node(num_cpus=2)
+    ray_cluster.cluster.wait_for_nodes()
+    lost = extra.node_id
+    handles: list = []
+    before = actor_stats(NAME)  # (this process's counts since it began: the other tests' actors too)
+    try:
+        rt = _start("centralized")
+        nodes = [n.id for n in rt.topology.nodes]
+        assert lost in nodes
+        cls = ra.policy(NAME)(Replica)
+        once = [cls.options(task={}).remote() for _ in nodes]  # one per node (least-loaded, ties by order)
+        twice = [cls.options(task={}, max_restarts=1, max_task_retries=-1).remote() for _ in nodes]
+        handles += once + twice
+        where = ray.get([h.node.remote() for h in once + twice], timeout=60)
+        assert collections.Counter(where) == {n: 2 for n in nodes}
+        gone, back = once[where.index(lost)], twice[where[len(once):].index(lost)]
+
+        ray_cluster.cluster.remove_node(extra)
+        extra = None
+        # both ended once (OnFinish), the restartable one placed again (OnDispatch) on a live node. (The
+        # node's leave is a live switch, which may rebuild State from the running actors: what State holds
+        # per node is checked, and the router's and actor_life's counts of ends and placements.)
+        new_home = ray.get(back.node.remote(), timeout=60)  # (max_task_retries: waits for the restart)
+        assert new_home != lost
+        wait_for(lambda: _held(rt), until=lambda h: h.get(new_home) == 3 and not h.get(lost)
+                 and sum(h.values()) == 2 * len(nodes) - 1, timeout=30,
+                 message=lambda: f"the lost node's actors ended and one placed again; router {rt.stats()}, "
+                                 f"actors {actor_stats(NAME)}, switches {rt.history}")
+        assert new_home == min((n for n in nodes if n != lost), key=nodes.index)  # least-loaded, then node order
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(gone.node.remote(), timeout=60)
+        time.sleep(1.0)  # (nothing more comes: no second OnFinish, no second placement)
+        stats = actor_stats(NAME)
+        ended = {k: v - before.ended.get(k, 0) for k, v in stats.ended.items()}
+        assert {k: v for k, v in ended.items() if v} == {"dead": 1, "moved": 1}, stats
+        assert stats.placed - before.placed == 2 * len(nodes) + 1, stats
+        assert (rt.stats()["finished"], rt.stats()["dispatched"]) == (2, 2 * len(nodes) + 1)
+        assert _held(rt) == {**{n: 2 for n in nodes if n != lost}, new_home: 3}
+        _ended_everywhere(rt, [h for h in once + twice if h is not gone])
+        wait_for(lambda: _state(rt), until=lambda s: not any(s["held"].values()), timeout=10)
+    finally:
+        _shut_down(handles)
+        if extra is not None:
+            ray_cluster.cluster.remove_node(extra)
+    wait_for(lambda: not resources.created_resources(), timeout=10,
+             message=lambda: f"no binding resource left: {resources.created_resources()}")
+
+
+def test_actor_creation_survives_a_selector_kill_each_created_once(ray_cluster, tmp_path):
+    # 4 places, and tasks beyond them wait in the policy (least-loaded alone would let Ray's queue hold them)
+    rt = ra.start(parse_policy(COUNTED, name=NAME), plan="centralized", executors=1, queue=0, hold="caller")
+    marks = str(tmp_path)
+    handles: list = []
+    try:
+        cls = ra.policy(NAME)(Replica)
+        futures = [cls.options(task={}).submit(i, marks) for i in range(8)]  # 4 placed, 4 wait
+        first = [f.result(timeout=60) for f in futures[:4]]
+        handles += first
+        ray.get([h.node.remote() for h in first], timeout=60)
+        assert not any(f.done() for f in futures[4:])
+        ray.kill(rt.topology.selector, no_restart=False)
+        for h in first:  # their places free up: the 4 waiting are placed by the restarted selector
+            ray.kill(h)
+        rest = [f.result(timeout=60) for f in futures[4:]]
+        handles += rest
+        assert len(set(ray.get([h.node.remote() for h in rest], timeout=60))) == 4
+        _ended_everywhere(rt, rest)
+    finally:
+        _shut_down(handles + [f.result() for f in futures if f.done() and not f.exception()])
+    runs = sorted(os.listdir(marks))
+    assert sorted(r for r in runs if r.startswith("actor-")) == [f"actor-{i}" for i in range(8)]
+    assert len([r for r in runs if r.startswith("run-")]) == 8, runs  # each constructor ran once
+    wait_for(lambda: not resources.created_resources(), timeout=10)
+
+
+@ray.remote(num_cpus=1)
+def _job(seconds):
+    time.sleep(seconds)
+
+
+def test_actors_and_tasks_share_drf_state(ray_cluster):
+    """Tenant "a" creates actors (each holds its place for good), tenant "b" runs tasks; both backlogged.
+    DRF-LB serves the tenant of the smaller dominant share first, so "a" gets places only while its share
+    is not above "b"'s: the shares stay within one task of each other."""
+    vec = [0.1, 0.2, 0.1]
+    rt = ra.start("drf_lb", plan="centralized", executors=1, queue=1)  # 8 places
+    actors: list = []
+    try:
+        cls = ra.policy("drf_lb")(Replica).options(task={"tenant": "a", "resource_vec": vec})
+        fn = ra.policy("drf_lb")(_job).options(task={"tenant": "b", "resource_vec": vec})
+        actors += [cls.submit() for _ in range(8)]
+        tasks = [fn.submit(0.3) for _ in range(60)]
+        wait_for(lambda: sum(f.done() for f in actors), until=lambda k: k >= 4, timeout=60,
+                 message="actors of tenant a placed")
+        shares = []
+        for _ in range(10):  # under backlog: both tenants wait
+            alloc = _state(rt)["alloc"]
+            shares.append([max(x / c for x, c in zip(alloc.get(t, [0, 0, 0]), [1.5, 2.0, 1.0])) for t in "ab"])
+            time.sleep(0.2)
+        one_task = max(x / c for x, c in zip(vec, [1.5, 2.0, 1.0]))
+        assert all(abs(a - b) <= one_task + 1e-9 for a, b in shares), shares
+        assert sum(f.done() for f in actors) == 4  # half of the 8 places: a's share equals b's
+        for f in tasks:
+            f.result(timeout=120)
+        _ended_everywhere(rt, [f.result(timeout=60) for f in actors])  # (b's tasks done: a's other 4 placed)
+    finally:
+        _shut_down([f.result() for f in actors if f.done() and not f.exception()])
+    wait_for(lambda: not resources.created_resources(), timeout=10)
+
+
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_actor_examples_run_and_say_where_each_actor_went(ray_cluster, capsys):
+    """examples/replicas_across_zones.py and examples/session_affinity.py, on the session's cluster (zones
+    a, a, b, b: its nodes' labels)."""
+    zones = {n: ("a" if i < len(ray_cluster.node_ids) // 2 else "b") for i, n in enumerate(ray_cluster.node_ids)}
+    steps = _example("replicas_across_zones").run(zones)
+    # the zone with fewer replicas first: spread evenly at every step (scaled down: the newest removed first)
+    assert [sum(z.values()) for z in steps.values()] == [4, 6, 3, 5], steps
+    assert all(abs(z.get("a", 0) - z.get("b", 0)) <= 1 for z in steps.values()), steps
+    out = capsys.readouterr().out
+    assert out.count("placed on node") == 4 + 2 + 2 and "served" in out
+
+    homes = _example("session_affinity").run()
+    assert all(first == again for first, again in homes.values()), homes  # back where its cache is
+    assert len({first for first, _ in homes.values()}) == 3  # new keys: least-loaded, one per node
+    out = capsys.readouterr().out
+    assert out.count("the same node: its cache is there") == 3
+    wait_for(lambda: not resources.created_resources(), timeout=10)
