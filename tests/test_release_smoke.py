@@ -101,11 +101,17 @@ def _chaos(d):
     assert d["lost_count"] == d["run_twice_count"] == 0
 
 
+def _actors(d):
+    assert _positive(d["plain_create_to_ready_s_median"]) and _positive(d["policy_create_to_ready_s_median"])
+    assert _positive(d["ratio_median"]) and d["policy_actors_ended"] == d["policy_actors"] > 0, d
+    assert d["leaked_resources"] == {}, d["leaked_resources"]
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
-          "chaos": _chaos}
+          "chaos": _chaos, "bench_actors": _actors}
 
 
 def _release_tests() -> list:
