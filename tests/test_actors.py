@@ -262,6 +262,26 @@ def test_actors_and_tasks_share_drf_state(ray_cluster):
     wait_for(lambda: not resources.created_resources(), timeout=10)
 
 
+def test_actors_live_through_a_live_switch_and_end_under_the_next_plan(ray_cluster):
+    """Placed under one plan, ended under the next: the switch hands their places over, OnFinish runs once."""
+    rt = _start("centralized")
+    handles: list = []
+    try:
+        cls = ra.policy(NAME)(Replica)
+        handles += [cls.options(task={}).remote() for _ in range(4)]
+        ray.get([h.node.remote() for h in handles], timeout=60)
+        entry = rt.switch("decentralized")
+        assert "rolled_back" not in entry and rt.plan.name.startswith("decentralized"), entry
+        assert sum(_held(rt).values()) == 4 and rt.router.outstanding() == {n: 1 for n in ray_cluster.node_ids}
+        handles.append(cls.options(task={}).remote())  # placed by the new plan, beside them
+        assert sum(_held(rt).values()) == 5
+        _ended_everywhere(rt, handles)
+        wait_for(lambda: _held(rt), until=lambda h: not h, timeout=10)
+        assert rt.stats()["finished"] == 5
+    finally:
+        _shut_down(handles)
+
+
 def _example(name):
     import importlib.util
     from pathlib import Path
