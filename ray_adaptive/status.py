@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 from ray_adaptive.errors import RayAdaptiveError
 from ray_adaptive.monitor import percentiles
+from ray_adaptive.runtime.actor_life import format_actor_reports, merge_actor_reports
 from ray_adaptive.runtime.topology import NAMESPACE
 
 __all__ = ["StatusError", "connect", "runtimes", "describe", "format_status", "why", "format_why", "audit",
@@ -161,6 +162,7 @@ def describe(policy: str) -> dict:
         n["slot_capacity"], n["slot_in_use"] = slot.get("total"), (slot.get("total", 0) - slot.get("available", 0)
                                                                    if slot else None)
     d["groups"] = _groups(d["reports"].values())
+    d["policy_actors"] = merge_actor_reports(d["reports"].values())  # (issue 38)
     d["jobs"] = jobs_of(d)
     d["service"] = service.find(policy) is not None  # (the policy service owns it; else a driver does)
     latencies = [r["decision_p99_s"] for r in d["reports"].values() if r.get("decision_p99_s") is not None]
@@ -254,6 +256,7 @@ def format_status(d: dict) -> str:
     for n in d["nodes"]:
         out.append(f"    {n['id'][:12]}  {n['slot_in_use']} / {n['slot_capacity']}   executors {n['executors']}, "
                    f"queue {n['queue']}")
+    out += format_actor_reports(d.get("policy_actors"))  # (issue 38)
     label = d.get("group_by") or "group"
     out.append(f"  per {label}: pending / running / finished / dropped, goodput (last 10 s)")
     for g, c in d["groups"].items():

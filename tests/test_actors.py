@@ -275,6 +275,13 @@ def test_actors_live_through_a_live_switch_and_end_under_the_next_plan(ray_clust
         assert sum(_held(rt).values()) == 4 and rt.router.outstanding() == {n: 1 for n in ray_cluster.node_ids}
         handles.append(cls.options(task={}).remote())  # placed by the new plan, beside them
         assert sum(_held(rt).values()) == 5
+        # ray-adaptive status shows them (from this process's load report, sent every second)
+        from ray_adaptive.status import describe, format_status
+
+        d = wait_for(lambda: describe(NAME), until=lambda d: (d.get("policy_actors") or {}).get("alive") == 5,
+                     timeout=10)
+        assert d["policy_actors"]["arrivals"] >= 5
+        assert "actors placed by the policy: 5 alive" in format_status(d)
         _ended_everywhere(rt, handles)
         wait_for(lambda: _held(rt), until=lambda h: not h, timeout=10)
         assert rt.stats()["finished"] == 5

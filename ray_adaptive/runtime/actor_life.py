@@ -42,7 +42,7 @@ from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.errors import ResourceError
 from ray_adaptive.runtime.binding import SlotBinding
 
-__all__ = ["ActorPlacement", "ActorLives", "lives_of", "release_actors", "placed_actor_task_id", "actor_stats"]
+__all__ = ["ActorPlacement", "ActorLives", "lives_of", "release_actors", "placed_actor_task_id", "actor_stats", "actor_report", "merge_actor_reports", "format_actor_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +239,45 @@ def actor_stats(policy: str) -> ActorStats:
     with _lives._lock:
         s = _lives.stats.get(policy) or ActorStats()
         return ActorStats(s.arrivals, s.placed, dict(s.ended), list(s.lifetimes_s))
+
+
+def actor_report(policy: str) -> Dict[str, dict]:
+    """What this process adds to its load report (``ray-adaptive status``): its actors of ``policy``, if any."""
+    s = actor_stats(policy)
+    if not s.arrivals:
+        return {}
+    ended = sum(s.ended.values())
+    life = sorted(s.lifetimes_s)
+    return {"policy_actors": {"arrivals": s.arrivals, "placements": s.placed, "alive": s.placed - ended,
+                              "ended": s.ended, "lifetime_p50_s": life[len(life) // 2] if life else None}}
+
+
+def merge_actor_reports(reports: Any) -> Optional[dict]:
+    """Every process's ``policy_actors`` report summed (None: no process reported actors)."""
+    out: Optional[dict] = None
+    for r in reports:
+        a = r.get("policy_actors")
+        if not a:
+            continue
+        if out is None:
+            out = {"arrivals": 0, "placements": 0, "alive": 0, "ended": {}, "lifetime_p50_s": []}
+        for k in ("arrivals", "placements", "alive"):
+            out[k] += a.get(k, 0)
+        for k, v in a.get("ended", {}).items():
+            out["ended"][k] = out["ended"].get(k, 0) + v
+        if a.get("lifetime_p50_s") is not None:
+            out["lifetime_p50_s"].append(a["lifetime_p50_s"])
+    if out is not None:
+        p50s = sorted(out["lifetime_p50_s"])
+        out["lifetime_p50_s"] = p50s[len(p50s) // 2] if p50s else None
+    return out
+
+
+def format_actor_reports(a: Optional[dict]) -> List[str]:
+    """``status``'s line for the policy's actors (none: no line)."""
+    if not a:
+        return []
+    ended = ", ".join(f"{k} {v}" for k, v in sorted(a["ended"].items())) or "none"
+    life = f"{a['lifetime_p50_s']:.1f} s" if a.get("lifetime_p50_s") is not None else "-"
+    return [f"  actors placed by the policy: {a['alive']} alive; {a['arrivals']} arrivals, {a['placements']} "
+            f"placements; ended: {ended}; lifetime p50 {life}"]

@@ -39,6 +39,7 @@ from ray_adaptive.monitor import Monitor
 from ray_adaptive.errors import InfeasibleTaskError
 from ray_adaptive.plan import TaskState
 from ray_adaptive.plan.fit import Demand, describe, fits
+from ray_adaptive.runtime.actor_life import actor_report
 from ray_adaptive.runtime.deadlines import DeadlineClock
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.dispatcher import Dispatcher
@@ -405,7 +406,8 @@ class Router:
             generation = self.topology.generation
             latencies = [] if self.decider.thread_safe else self.decider.decision_latencies()[-10_000:]
             demand = self.book.demand()
-        return {**self.monitor.report(tally, generation, latencies, self.oldest_pending()), **demand}
+        return {**self.monitor.report(tally, generation, latencies, self.oldest_pending()), **demand,
+                **actor_report(self.policy.name)}  # (issue 38: this process's policy actors)
 
     def task_id_of(self, ref: Any) -> Optional[str]:
         """The id of the task whose ObjectRef is ``ref`` (while it runs: finished ones are forgotten)."""
