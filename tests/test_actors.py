@@ -63,6 +63,9 @@ class Replica:
     def node(self):
         return ray.get_runtime_context().get_node_id()
 
+    def exit(self):
+        ray.actor.exit_actor()
+
 
 def _state(rt) -> dict:
     """The policy's State as the plan in force holds it: the selector's (unless it leased it to this
@@ -151,6 +154,29 @@ def test_actors_spread_and_a_killed_one_frees_its_place(ray_cluster, plan):
              message=lambda: f"no binding resource left: {resources.created_resources()}")
 
 
+def test_an_actor_that_exits_its_handle_dropped_or_its_constructor_failing_ends_once(ray_cluster, tmp_path):
+    rt = _start("decentralized")
+    handles: list = []
+    try:
+        cls = ra.policy(NAME)(Replica)
+        handles += [cls.options(task={}).remote() for _ in range(2)]
+        ray.get([h.node.remote() for h in handles], timeout=60)
+        handles[0].exit.remote()  # its own exit
+        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 1, timeout=20, message="the exit's OnFinish")
+        handles.clear()  # the last handle of the other gone: Ray ends it
+        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 2, timeout=20, message="the drop's OnFinish")
+        broken = cls.options(task={}).remote(0, str(tmp_path / "missing"))  # its constructor raises
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(broken.node.remote(), timeout=60)
+        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 3 and not any(s["held"].values()),
+                 timeout=20, message="the failed constructor's OnFinish")
+        time.sleep(0.5)
+        assert (_state(rt)["finishes"], _state(rt)["dispatches"], rt.stats()["finished"]) == (3, 3, 3)
+    finally:
+        _shut_down(handles)
+    wait_for(lambda: not resources.created_resources(), timeout=10)
+
+
 def test_a_lost_node_ends_its_actors_once_and_restartable_ones_are_placed_again(ray_cluster):
     extra = ray_cluster.cluster.add_node(num_cpus=2)
     ray_cluster.cluster.wait_for_nodes()
@@ -212,6 +238,7 @@ def test_actor_creation_survives_a_selector_kill_each_created_once(ray_cluster, 
         handles += first
         ray.get([h.node.remote() for h in first], timeout=60)
         assert not any(f.done() for f in futures[4:])
+        assert rt.why_pending(futures[4])["state"] == "pending"
         ray.kill(rt.topology.selector, no_restart=False)
         for h in first:  # their places free up: the 4 waiting are placed by the restarted selector
             ray.kill(h)
