@@ -176,7 +176,10 @@ def serve(hang_after_s: float) -> None:
                     ra.stop(current[1])  # (a service outlives this process's shutdown: --service-ab)
                 extra = {"hold": cmd["hold"]} if cmd.get("hold") else {}
                 extra.update(cmd.get("start", {}))
+                watch = extra.pop("node_watch", True)
                 rt = ra.start(cmd["policy"], plan=cmd["plan"], queue=cmd["queue"], **extra)
+                if not watch and rt.nodes is not None:  # (--membership-ab: the owner's node watch off)
+                    rt.nodes.stop()
                 current = key
             tasks, ms = cmd["tasks"], cmd["task_ms"]
             if ms not in fns:  # a function of its own per duration (each is its own Ray queue), made once
@@ -285,6 +288,9 @@ def main() -> None:
     ap.add_argument("--service-ab", action="store_true",
                     help="instead of a baseline checkout: this process attached to a policy service "
                          "(ra.start(detached=True)) against a runtime it owns, run alternately")
+    ap.add_argument("--membership-ab", action="store_true",
+                    help="instead of a baseline checkout: this checkout with the owner's node watch (nodes "
+                         "joining and leaving live) on against off, run alternately")
     ap.add_argument("--hang-after-s", type=float, default=120.0,
                     help="a submission loop still running after this long is reported (every thread's stack, "
                          "the runtime's counts and queues) and the benchmark exits with status 3")
@@ -296,8 +302,8 @@ def main() -> None:
     if args.smoke_test:  # every plan and loop still runs; one policy (the tests cover the others)
         args.policies = args.policies.split(",")[-1]
     here = os.path.dirname(HERE)
-    if sum(map(bool, (args.records_ab, args.service_ab, args.baseline))) > 1:
-        ap.error("--records-ab, --service-ab and --baseline each choose the A/B: give one")
+    if sum(map(bool, (args.records_ab, args.service_ab, args.membership_ab, args.baseline))) > 1:
+        ap.error("--records-ab, --service-ab, --membership-ab and --baseline each choose the A/B: give one")
     sides = [("this", here, {})] + ([("baseline", os.path.abspath(args.baseline), {})] if args.baseline else [])
     if args.baseline_first:  # (run both orders: two clusters on one machine need not be alike)
         sides.reverse()
@@ -314,6 +320,11 @@ def main() -> None:
         figures["cluster"] = "4 nodes x 2 CPUs (local), both configurations on it"
         running = [Variant("service", running[0], {"detached": True}), Variant("own", running[0], {})]
         figures["sides"] = {"service": here, "own": here}
+        closing = [running[0].side]
+    elif args.membership_ab:  # the same, the owner's node watch on and off
+        figures["cluster"] = "4 nodes x 2 CPUs (local), both configurations on it"
+        running = [Variant("watch", running[0], {}), Variant("no-watch", running[0], {"node_watch": False})]
+        figures["sides"] = {"watch": here, "no-watch": here}
         closing = [running[0].side]
     else:
         closing = running

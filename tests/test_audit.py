@@ -177,3 +177,64 @@ def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_s
     assert ray.get(other.wait.remote(), timeout=120) == 2
     after = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled, timeout=30)
     assert after.exact, after.format()
+
+
+@ray.remote(num_cpus=0)
+class Busy:
+    """A submitting process that keeps tasks of tenant ``c`` coming (short ones) until it has run ``n``."""
+
+    def run(self, n: int) -> int:
+        import time
+
+        @ray.remote(num_cpus=1)
+        def short(i: int) -> int:
+            time.sleep(0.02)
+            return i
+
+        fn = ra.policy("drf_lb")(short).options(task={"tenant": "c", "resource_vec": VEC})
+        return len(ray.get([fn.remote(i) for i in range(n)], timeout=300))
+
+
+@pytest.mark.parametrize("plan", ["decentralized", "hybrid"])
+def test_a_switch_right_after_the_store_restarts_keeps_the_state_exact(runtime, plan):
+    """A store killed under load and restarted by Ray, then a live switch at once: processes that had not
+    registered with the restarted store yet were not waited for by the switch -- a decentralized replica's
+    last OnDispatch never reached the State handed over (the allocation ended at -6 tasks' worth), a
+    process's finish notifications reached the frozen hybrid selector after its State was taken (+8) --
+    so such a switch rebuilds the State from every process's tasks (switch._collect)."""
+    rt = runtime(plan)
+    busy = [Busy.remote() for _ in range(2)]
+    runs = [b.run.remote(300) for b in busy]
+    wait_for(lambda: rt.audit(timeout_s=1), until=lambda r: r.processes == 3, timeout=60, message="3 processes")
+    ray.kill(rt.topology.store, no_restart=False)  # (Ray restarts it)
+    entry = rt.switch("centralized")
+    assert not entry["exact"]  # (rebuilt)
+    rt.switch(plan)
+    assert ray.get(runs, timeout=300) == [300, 300]
+    done = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled and r.placed == r.undecided == 0,
+                    timeout=60)
+    assert done.exact, done.format()
+    for b in busy:
+        ray.kill(b)
+
+
+def test_a_push_answered_but_not_yet_applied_is_counted_once(runtime):
+    """An idle decentralized process applies its last push's answer only at its next sync: the audit applies
+    it first -- else the store's merged State and the replica's unanswered deltas count that change twice
+    (an idle submitter's last OnFinish read as one task's share below zero) -- and a push still in flight
+    makes the reading unsettled."""
+    from ray_adaptive.runtime.audit import _unpushed
+
+    rt = runtime("decentralized")
+    decider = rt.router.decider
+    client = decider._m  # (the replica's StoreClient)
+    with rt.router._cond:  # (the decider's lock: its dispatcher thread cannot apply the answer meanwhile)
+        client.sched.interp.state["alloc"]["a"] = np.array(VEC)  # a change of the replica, pushed now
+        client._next = 0.0
+        client.refresh(want=True)
+        assert client._unanswered  # (pushed, not answered yet)
+        wait_for(lambda: client._inflight.done(), timeout=30, message="the store's answer")
+        unpushed, syncing = _unpushed(decider)
+        assert not syncing and not client._unanswered  # applied: the store holds the change, counted there only
+        assert not unpushed.get("alloc"), unpushed
+        client.sched.interp.state["alloc"]["a"] = np.zeros(3)  # (undone, pushed at the next sync)

@@ -130,29 +130,37 @@ def tasks_held(router: Any) -> dict:
             else:
                 placed.append((s.id, s.arrival, dict(s.fields), s.node))
         decider = router.decider
+        unpushed, syncing = _unpushed(decider)
         out = {"generation": router.topology.generation, "frozen": bool(router.gate.frozen),
                "held": len(router.gate.held), "undecided": undecided, "placed": placed, "lease_state": None,
-               "unpushed": _unpushed(decider)}
+               "unpushed": unpushed, "syncing": syncing}
     if decider.thread_safe and not decider.remote:  # a selector's client holding its lease: State is here
         out["lease_state"] = decider.export().get("lease", {}).get("state")
     return out
 
 
-def _unpushed(decider: Any) -> Optional[dict]:
+def _unpushed(decider: Any) -> Tuple[Optional[dict], bool]:
     """A decentralized decider's replica changes the store has not counted yet (held under the router's
     lock): the deltas pushed and not answered, and those not pushed -- a process pushes when tasks wait
     or finished, so the OnDispatch of a burst's last decisions wait here until its next submission or
-    finish. None for a decider that keeps no replica."""
+    finish. None for a decider that keeps no replica. And whether a push is in flight: the store may or
+    may not have merged it yet (the reading is then not settled). An answer that came and was not
+    applied yet -- an idle process applies it at its next sync, which may be long coming -- is applied
+    first: its deltas are the store's, counted twice otherwise."""
     client = getattr(decider, "_m", None)  # (a LocalDecider's StoreClient)
     log = getattr(getattr(client, "sched", None), "log", None)
     if client is None or log is None:
-        return None
+        return None, False
+    if client._inflight is not None and client._inflight.done():
+        client._apply()  # (under the router's lock, as every call of this decider)
+    if client._inflight is not None:
+        return None, True
     rules = dict(client.spec.merge or {})
     out: dict = {}
     for _, delta in client._unanswered:
         merge_into(out, delta, rules)
     merge_into(out, log.peek(), rules)
-    return out
+    return out, False
 
 
 # -- the replay and the comparison (pure) -----------------------------------------------------------------
@@ -317,6 +325,9 @@ def audit_store(store: Any, timeout_s: float = 10.0, answer_s: float = 5.0) -> A
                 why.append(f"process(es) {', '.join(report.unanswered)} did not answer in {answer_s:g} s")
             if phase["phase"] != "running" or phase["generation"] != cfg["generation"]:
                 why.append(f"a live switch is under way (phase {phase['phase']})")
+            syncing = sorted(c for c, a in after.items() if a is not None and a.get("syncing"))
+            if syncing:
+                why.append(f"process(es) {', '.join(syncing)} were syncing with the store")
             behind = sorted(c for c, a in after.items() if a is not None and (a["frozen"] or a["held"]
                                                                                or a["generation"] != cfg["generation"]))
             if behind:

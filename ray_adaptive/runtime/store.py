@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -89,6 +90,8 @@ class StateStore:
         self._cond = threading.Condition()
         self.calls = 0
         self.incarnation = uuid.uuid4().hex
+        # restarted since the generation in force was published (a publish clears it): see restarted()
+        self._restarted = _reconstructed()
 
     @staticmethod
     def durable_key(config: dict) -> str:
@@ -310,7 +313,16 @@ class StateStore:
             # loads from their first decision, not from the others' first sync
             self._outstanding = {c: dict(a.get("outstanding", {})) for c, a in self._acks.items()}
             self._phase, self._acks, self._next = "running", {}, None
+            self._restarted = False
             self._cond.notify_all()
+
+    def restarted(self) -> bool:
+        """Whether this store was restarted since the generation in force was published. Its merged State
+        is then whole only once every replica has synced again -- and a process that had not registered
+        again when a switch was announced was not waited for: its replica's changes may never come (see
+        :func:`ray_adaptive.runtime.switch.switch`, which rebuilds the State then)."""
+        with self._cond:
+            return self._restarted
 
     def forget_durable(self) -> None:
         """The runtime shuts down: nothing of it should come back."""
@@ -379,6 +391,16 @@ class StateStore:
         with self._cond:
             return {"calls": self.calls, "members": len(self._outstanding), "outstanding": self._loads(),
                     "clients": len(self._clients), "generation": self._config["generation"], "phase": self._phase}
+
+
+def _reconstructed() -> bool:
+    """Whether this actor is a restart of one that died (False outside an actor: a store made in process)."""
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # (Ray reads the actor table through a deprecated API)
+        warnings.simplefilter("ignore")
+        return context.was_current_actor_reconstructed
 
 
 class StoreClient:

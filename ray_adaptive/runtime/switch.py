@@ -251,6 +251,13 @@ def _freeze_all(store: Actor, generation: int, ack_timeout_s: float) -> Tuple[Li
 
 def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[dict], bool]:
     """The State of the plan in force, and whether it is exact (see the module doc)."""
+    if _retry(lambda: store.restarted.remote(), "the state store"):
+        # the store restarted since the plan in force began (or during this switch): a process that had not
+        # registered again when the switch was announced was not waited for -- its replica's last changes
+        # never reach the store, its finish notifications may reach the frozen selector after its State
+        # was taken -- so the State is rebuilt from every process's tasks instead (each process, late or
+        # not, rebuilds its share when it takes up the new generation)
+        return None, False
     state: Optional[dict] = None
     if old.selector is not None:
         try:
