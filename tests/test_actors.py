@@ -66,12 +66,19 @@ class Replica:
     def exit(self):
         ray.actor.exit_actor()
 
+    def crash(self):
+        os._exit(1)
+
+    def pid(self):
+        return os.getpid()
+
 
 def _state(rt) -> dict:
     """The policy's State as the plan in force holds it: the selector's (unless it leased it to this
     process), else this process's (the only submitting one: its replica saw every hook). A lease moving
     between the two reads is read again."""
-    for _ in range(50):
+    deadline = time.monotonic() + 20  # (a live switch -- a node's leave -- hands State over meanwhile)
+    while time.monotonic() < deadline:
         try:
             ex = rt.export()
         except ray.exceptions.RayActorError:  # (a live switch retired the selector read: the next one holds it)
@@ -83,8 +90,8 @@ def _state(rt) -> dict:
         caller = ex["caller"]
         if "state" in caller or "lease" in caller:
             return caller["state"] if "state" in caller else caller["lease"]["state"]
-        time.sleep(0.02)
-    raise AssertionError("no State found")
+        time.sleep(0.05)
+    raise AssertionError("no State found in 20 s")
 
 
 def _held(rt) -> dict:
@@ -172,6 +179,32 @@ def test_an_actor_that_exits_its_handle_dropped_or_its_constructor_failing_ends_
                  timeout=20, message="the failed constructor's OnFinish")
         time.sleep(0.5)
         assert (_state(rt)["finishes"], _state(rt)["dispatches"], rt.stats()["finished"]) == (3, 3, 3)
+    finally:
+        _shut_down(handles)
+    wait_for(lambda: not resources.created_resources(), timeout=10)
+
+
+def test_an_actor_whose_process_dies_on_a_live_node_restarts_in_place_without_a_hook(ray_cluster):
+    rt = _start("decentralized")
+    handles: list = []
+    try:
+        cls = ra.policy(NAME)(Replica)
+        handles.append(cls.options(task={}, max_restarts=1).remote())  # (no task retries: the crash runs once)
+        home = ray.get(handles[0].node.remote(), timeout=60)
+        pid = ray.get(handles[0].pid.remote(), timeout=10)
+        handles[0].crash.remote()
+
+        def where():
+            try:
+                return ray.get(handles[0].node.remote(), timeout=10)
+            except ray.exceptions.RayActorError:  # (restarting: unavailable meanwhile)
+                return None
+        assert wait_for(where, timeout=60, period=0.1) == home  # Ray restarted it there (its resource)
+        assert ray.get(handles[0].pid.remote(), timeout=10) != pid  # (a new process: it was restarted)
+        time.sleep(1.0)  # (a few of the watch's looks)
+        s = _state(rt)
+        assert (s["dispatches"], s["finishes"], _held(rt)) == (1, 0, {home: 1}), s
+        assert rt.router.outstanding() == {home: 1}
     finally:
         _shut_down(handles)
     wait_for(lambda: not resources.created_resources(), timeout=10)
