@@ -21,7 +21,6 @@ import ray
 import ray_adaptive as ra
 from ray_adaptive._private.autoscaler import launchable_node_types
 from ray_adaptive._private.fake_autoscaler import FakeAutoscalingCluster
-from ray_adaptive.runtime.demand import DemandReporter
 from tests.conftest import wait_for
 
 MIN, MAX = 1, 3
@@ -68,8 +67,10 @@ def test_the_node_types_the_autoscaler_may_add(fake_cluster):
 
 def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back(fake_cluster, tmp_path):
     first = _workers()
-    rt = ra.start("least_loaded", plan="centralized", hold="caller")
-    reporter = DemandReporter(rt.topology.store, "test")
+    rt = ra.start("least_loaded", plan="centralized")  # (hold "auto": the caller, with an autoscaler)
+    assert not rt.topology.overflow and "autoscaler" in rt.holding
+    reporter = rt.demand  # the owner's (see ray_adaptive.runtime.demand)
+    assert reporter is not None
     try:
         fn = ra.policy("least_loaded")(marked)
         refs = [fn.remote(str(tmp_path), i) for i in range(12)]
@@ -82,7 +83,6 @@ def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back
         try:
             wait_for(lambda: reporter.sent == [], timeout=10, message=lambda: f"still requested: {reporter.sent}")
         finally:
-            reporter.stop()
             ra.shutdown()
     assert sorted(os.listdir(tmp_path)) == sorted(f"t{i}" for i in range(12))  # every body once
     joined = set(nodes) - set(first)

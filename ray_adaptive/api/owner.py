@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import ray
 
+from ray_adaptive._private.autoscaler import launchable_node_types
 from ray_adaptive.api.cluster import alive_node_ids, policy_nodes
 from ray_adaptive.api.runtime import PolicyRuntime
 from ray_adaptive.control import EstimateTable, Settings
@@ -23,6 +24,7 @@ from ray_adaptive.plan.room import slots_of
 from ray_adaptive.runtime import background
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
+from ray_adaptive.runtime.demand import DemandReporter
 from ray_adaptive.runtime.node_watch import NodeWatch
 from ray_adaptive.runtime.messages import new_client_id
 from ray_adaptive.runtime.router import Router
@@ -82,7 +84,13 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
     chosen, why = select_plan(p, o.plan if o.adapt is None else o.adapt.initial, cluster=nodes, queue=o.queue,
                               rate=o.rate, profile=o.profile, analysis=analysis)
     lowered = lower(chosen, analysis)
-    overflow, holding = resolve_hold(o.hold, lowered.split)
+    autoscaled = launchable_node_types() is not None
+    if o.hold == "auto" and autoscaled:
+        # (tasks Ray holds behind a slot ask for the slot, which no node type has: only what the policy
+        # holds reaches the autoscaler, as demand -- see ray_adaptive.runtime.demand)
+        overflow, holding = False, "the scheduler holds tasks: an autoscaler may add nodes, and it sees the demand the policy holds"
+    else:
+        overflow, holding = resolve_hold(o.hold, lowered.split)
     binding = SlotBinding(p.name, {n.id: slots_of(n.executors, n.queue) for n in nodes})
     topology = None
     try:
@@ -99,6 +107,7 @@ def own(p: Policy, o: Options, detached: bool = False) -> PolicyRuntime:
         rt.jobs = JobWatch(topology.store, client, rt.evict, p.name, late=rt.rebuild_late)
         rt.node_options = (o.executors, o.queue)
         rt.nodes = NodeWatch(rt.follow_cluster, p.name)
+        rt.demand = DemandReporter(topology.store, p.name)
     except BaseException:
         if topology is not None:
             topology.close()
@@ -163,4 +172,5 @@ def attached(p: Policy, analysis: "Optional[Analysis]", why: str, topology: Topo
     wake_after = max(1, min(n.queue for n in topology.nodes) // 2)
     router = Router(p, topology, client=client, alive_nodes=alive_node_ids, on_dead=on_dead,
                     monitor=Monitor(p.name, group_by), metrics_every_s=metrics_every_s, wake_after=wake_after)
+    router.addable_node_types = launchable_node_types  # (asked only for a task no live node can hold)
     return PolicyRuntime(p, analysis, why, router, binding, bound=bound)

@@ -19,6 +19,7 @@ from ray_adaptive.runtime import background
 from ray_adaptive.runtime.actor_life import placed_actor_task_id, release_actors
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
+from ray_adaptive.runtime.demand import DemandReporter
 from ray_adaptive.runtime.node_watch import NodeWatch
 from ray_adaptive.runtime.router import Router
 from ray_adaptive.runtime.switch import SwitchNotStarted, switch
@@ -54,6 +55,7 @@ class PolicyRuntime:
         self.control_loop: Optional[ControlLoop] = None  # plan="adaptive": the controller's loop
         self.jobs: Optional[JobWatch] = None  # the owner's watch over the attached jobs
         self.nodes: Optional[NodeWatch] = None  # the owner's watch over the cluster's nodes
+        self.demand: Optional[DemandReporter] = None  # the owner's report of the held backlog to the autoscaler
         self.node_options: tuple = (None, 2)  # (executors, queue) of start(): what a node that joins gets
         self._analysis = analysis  # (the compiler's analysis of the policy, for switches: the starting process's)
         self._history: List[dict] = []
@@ -363,6 +365,8 @@ class PolicyRuntime:
             self.jobs.stop()
         if self.nodes is not None:
             self.nodes.stop()
+        if self.demand is not None:
+            self.demand.stop()  # (clears a standing request while Ray is up)
         if self.control_loop is not None:
             self.control_loop.stop()
         release_actors(self.name, join=timeout <= 0)  # (issue 38: its policy actors' OnFinish, see runtime.actor_life)
