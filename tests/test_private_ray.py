@@ -112,6 +112,28 @@ def test_the_job_table_reads_on_this_ray(ray_cluster):
     assert all(isinstance(r.metadata, dict) for r in table.values())
 
 
+def test_the_actor_watch_reads_actor_states_on_this_ray(ray_cluster):
+    """What ActorWatch reads of the GCS (the job's ALIVE actors, one actor's state) and of a class's options
+    still reads so on this Ray: alive -> nothing; killed -> dead (issue 38)."""
+    from ray_adaptive._private.actor_watch import ActorWatch, actor_id_of, class_default_options
+
+    @ray.remote(num_cpus=0, max_restarts=2)
+    class Probe:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    assert class_default_options(Probe)["max_restarts"] == 2
+    a = Probe.remote()
+    node = ray.get(a.node.remote(), timeout=60)
+    watch = ActorWatch(ray.get_runtime_context().get_job_id())
+    key = (actor_id_of(a), node)
+    assert watch._ended([key]) == {}
+    ray.kill(a, no_restart=True)
+    from tests.conftest import wait_for
+
+    assert wait_for(lambda: watch._ended([key]), timeout=20)[key]["end"] == "dead"
+
+
 def test_auto_connect_is_held_off_while_a_runtime_part_lives_and_restored_after():
     """Ray's auto-connect switch exists on this Ray, and holds nest: the last release restores it as it was."""
     from ray._private import auto_init_hook
