@@ -26,12 +26,15 @@ backlog for the policy to order.
 * :mod:`~ray_adaptive.api.service` -- the policy service: one runtime for the whole cluster, owned by no driver;
 * :mod:`~ray_adaptive.api.runtime` -- :class:`PolicyRuntime`, a running policy as this process sees it;
 * :mod:`~ray_adaptive.api.function` -- ``@ra.policy``: :class:`PolicyFunction`;
+* :mod:`~ray_adaptive.api.actor_class` -- ``@ra.policy`` above a ``@ray.remote`` class: :class:`PolicyActorClass`
+  (actors placed by the policy);
 * :mod:`~ray_adaptive.api.cluster`, :mod:`~ray_adaptive.api.fields` -- the cluster's nodes and the
   policy's fields, as a policy sees them.
 """
 
+from ray_adaptive.api.actor_class import PolicyActorClass
 from ray_adaptive.api.function import PolicyFunction, policy
 from ray_adaptive.api.lifecycle import runtime_of, shutdown, start, stop
 from ray_adaptive.api.runtime import PolicyRuntime
 
-__all__ = ["start", "shutdown", "stop", "policy", "PolicyRuntime", "PolicyFunction", "runtime_of"]
+__all__ = ["start", "shutdown", "stop", "policy", "PolicyRuntime", "PolicyFunction", "PolicyActorClass", "runtime_of"]
