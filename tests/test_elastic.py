@@ -180,3 +180,14 @@ def test_a_node_joining_during_a_live_switch_is_used_and_every_task_runs_once(ra
         ra.shutdown()
         ray_cluster.cluster.remove_node(node)
     assert resources.created_resources() == {}
+
+
+def test_a_cluster_whose_monitor_has_no_autoscaling_config_has_no_autoscaler(ray_cluster, caplog):
+    """ray.cluster_utils.Cluster (and a plain `ray start --head`) runs Ray's monitor, which publishes a status
+    but adds no node: no node type may be added, and nothing is warned about."""
+    from ray_adaptive._private.autoscaler import launchable_node_types, v1_status
+
+    assert v1_status() is not None  # (the monitor reports)
+    with caplog.at_level("WARNING"):
+        assert launchable_node_types() is None
+    assert "autoscaler" not in caplog.text

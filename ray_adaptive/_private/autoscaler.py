@@ -97,15 +97,20 @@ def v1_status() -> Optional[Dict[str, Any]]:
     return json.loads(raw) if raw else None
 
 
-def _monitor_config(pid: int) -> Optional[Dict[str, Any]]:
-    """The autoscaling config file the monitor ``pid`` runs with, when that process is on this host."""
+_NOT_HERE = object()  # the monitor runs on another host: its config cannot be read from this one
+
+
+def _monitor_config(pid: int) -> Any:
+    """The autoscaling config file the monitor ``pid`` runs with, when that process is on this host; None
+    when it runs with none (``ray start --head`` and ``ray.cluster_utils.Cluster`` run a monitor that only
+    reports: no autoscaler); ``_NOT_HERE`` when it is not on this host (or unreadable)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().decode(errors="replace").split("\0")
     except OSError:
-        return None
+        return _NOT_HERE
     if not any(a.endswith("monitor.py") for a in argv):
-        return None  # (another host's monitor: this PID is some other process here)
+        return _NOT_HERE  # (another host's monitor: this PID is some other process here)
     path = next((a.split("=", 1)[1] for a in argv if a.startswith("--autoscaling-config=")), None)
     if path is None:
         i = argv.index("--autoscaling-config") if "--autoscaling-config" in argv else -1
@@ -118,7 +123,7 @@ def _monitor_config(pid: int) -> Optional[Dict[str, Any]]:
         with open(os.path.expanduser(path)) as f:
             return yaml.safe_load(f)
     except OSError:
-        return None
+        return _NOT_HERE
 
 
 def launchable_node_types() -> Optional[List[Dict[str, float]]]:
@@ -134,6 +139,8 @@ def launchable_node_types() -> Optional[List[Dict[str, float]]]:
         return None
     config = _monitor_config(int(status.get("monitor_pid", 0) or 0))
     if config is None:
+        return None  # (a monitor with no autoscaling config: it only reports)
+    if config is _NOT_HERE:
         if not _warned:
             _warned = True
             log.warning("ray-adaptive: Ray's autoscaler (v1) runs, but its node types cannot be read from this "
