@@ -68,6 +68,9 @@ def run(rounds: int, plan: str) -> dict:
         ended = rt.stats()["finished"]
         ra.shutdown()
         stats = actor_stats("least_loaded")
+        deadline = time.monotonic() + 10  # (each end's binding resource is removed by actor_life's thread, which
+        while resources.created_resources() and time.monotonic() < deadline:  # may see an end after the router)
+            time.sleep(0.05)
         leaked = resources.created_resources()
     finally:
         lc.shutdown()
