@@ -41,6 +41,11 @@ def _standing_request():
 
 @pytest.fixture(scope="module")
 def fake_cluster():
+    # this driver leaves the session's shared cluster for the fake one, and comes back to it after (its
+    # raylets run on: only the connection moves)
+    session = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    if session is not None:
+        ray.shutdown()
     fc = FakeAutoscalingCluster({"CPU": 0}, TYPES, idle_timeout_s=4)
     try:
         ray.init(address=fc.start(), logging_level="ERROR", log_to_driver=False)
@@ -49,7 +54,11 @@ def fake_cluster():
     finally:
         ray.shutdown()
         sid = fc.sid
-        fc.shutdown()  # (raises naming any process left)
+        try:
+            fc.shutdown()  # (raises naming any process left)
+        finally:
+            if session is not None:
+                ray.init(address=session)
     assert sid is not None and fc.pids() == []
 
 
