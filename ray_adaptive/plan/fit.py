@@ -85,11 +85,6 @@ class FitMasks:
             self._masks[demand] = out = None if mask.all() else mask
             return out
 
-    def fit_anywhere(self, demand: Demand) -> bool:
-        """Whether some live node fits ``demand``."""
-        mask = self.of(demand)
-        return any(n.alive and (mask is None or mask[n.index]) for n in self._nodes)
-
     def row_masks(self, rows: Sequence, cands: Sequence) -> Optional[list]:
         """For each row, the mask over ``cands`` of the candidates it fits (None: it fits them all); None
         when every row fits every candidate."""
