@@ -12,7 +12,9 @@ import ray
 
 import ray_adaptive as ra
 from ray_adaptive import resources
-from tests.conftest import wait_for
+from ray_adaptive._private.actors import call_in_actor
+from ray_adaptive.runtime.topology import NAMESPACE, actor_name
+from tests.conftest import NUM_NODES as NODES, wait_for
 
 VEC = [1.0, 0.5, 0.0]
 
@@ -133,14 +135,20 @@ def test_a_node_that_joins_is_used_and_one_that_leaves_loses_nothing(ray_cluster
     load = Submitter(tmp_path)
     try:
         wait_for(lambda: len(load.refs) >= 20, timeout=30, message="tasks under way")
+        _wait_spare(rt)
         node = ray_cluster.cluster.add_node(num_cpus=2)
         wait_for(lambda: _alive(node.node_id), timeout=30, message="the node alive in the GCS")
         joined = time.monotonic()
         wait_for(lambda: any(node.node_id in n for n in _runs(tmp_path).values()), timeout=30,
                  message=f"a task on the node that joined, under {plan}")
-        print(f"\n{plan}: first task on the node {time.monotonic() - joined:.2f} s after it joined")
+        first = time.monotonic() - joined
         assert rt.plan.name.startswith(plan)  # (the same plan, on one node more)
-        assert any("joined" in h["reason"] for h in rt.history)
+        entry = next(h for h in rt.history if "joined" in h["reason"])
+        print(f"\n{plan}: first task on the node {first:.2f} s after it joined (the switch: build "
+              f"{entry['build_s']:.2f} s, prepare {entry['prepare_s']:.2f} s, freeze {entry['freeze_s']:.3f} s)")
+        # the new node list put in force by the actors started ahead (a hybrid's: its selector and a placement
+        # actor per node, one more among them)
+        assert entry["from_spare"] == {"centralized": 1, "decentralized": 0, "hybrid": NODES + 2}[plan], entry
         ray_cluster.cluster.remove_node(node)
         wait_for(lambda: any("left" in h["reason"] for h in rt.history), timeout=30, message="the node's leave")
         submitted = len(load.refs)
@@ -154,6 +162,63 @@ def test_a_node_that_joins_is_used_and_one_that_leaves_loses_nothing(ray_cluster
     finally:
         ra.shutdown()
     assert resources.created_resources() == {}
+
+
+def _wait_spare(rt) -> None:
+    """Until the owner's spare generation is up (a generation in force 2 s has one; see runtime.spare)."""
+    wait_for(lambda: rt.spares.generation == rt.topology.generation + 1, timeout=30, message="the spare generation")
+    rt.spares.wait_ready()
+
+
+def _try(call):
+    try:
+        return call()
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return None
+
+
+def _selector(rt):
+    return ray.get_actor(rt.topology.config()["selector"], namespace=NAMESPACE)
+
+
+def test_a_spare_selector_restarted_before_or_after_its_switch_knows_the_nodes_that_joined(ray_cluster, tmp_path):
+    """The centralized selector that puts a joining node in force was started ahead, unconfigured; restarted
+    then (its process killed), it is configured all the same, and restarted once in force it takes its node
+    list -- the new node in it -- from the store, not from its first (empty) arguments."""
+    rt = ra.start("drf_lb", plan="centralized", executors=1, queue=2)
+    load = Submitter(tmp_path)
+    node = None
+    try:
+        wait_for(lambda: len(load.refs) >= 20, timeout=30, message="tasks under way")
+        _wait_spare(rt)
+        spare = ray.get_actor(actor_name("drf_lb", "selector", rt.topology.generation + 1), namespace=NAMESPACE)
+        ray.get(spare.__ray_ready__.remote(), timeout=60)
+        ray.kill(spare, no_restart=False)  # (restarted unconfigured: its switch has not prepared its config yet)
+        node = ray_cluster.cluster.add_node(num_cpus=2)
+        wait_for(lambda: any(node.node_id in n for n in _runs(tmp_path).values()), timeout=30,
+                 message="a task on the node that joined")
+        assert next(h for h in rt.history if "joined" in h["reason"])["from_spare"] == 1
+        selector = _selector(rt)
+        before = ray.get(call_in_actor(selector, lambda s: s.incarnation))
+        ray.kill(selector, no_restart=False)  # (restarted in force: the clients hand their tasks back)
+        after = wait_for(lambda: _try(lambda: ray.get(call_in_actor(selector, lambda s: (s.incarnation, sorted(s._s.by_id))),
+                                                       timeout=5)),
+                         until=lambda got: got is not None and got[0] != before, timeout=60, message="the restart")
+        assert node.node_id in after[1]  # (its node list is the store's config in force, not its arguments)
+        submitted = len(load.refs)
+        wait_for(lambda: len(load.refs) >= submitted + 20, timeout=60, message="tasks after the restart")
+    finally:
+        out = load.stop()
+    try:
+        _check_once(out, load.refs, tmp_path)
+        wait_for(lambda: all(abs(x) < 1e-9 for v in _drf_alloc(rt).values() for x in v), timeout=20,
+                 message=lambda: f"the State back to its start: {_drf_alloc(rt)}")
+    finally:
+        ra.shutdown()
+        if node is not None:
+            ray_cluster.cluster.remove_node(node)
+    assert resources.created_resources() == {}
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("ra-drf_lb")]
 
 
 def test_a_node_joining_during_a_live_switch_is_used_and_every_task_runs_once(ray_cluster, tmp_path):

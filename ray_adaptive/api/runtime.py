@@ -22,6 +22,7 @@ from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.demand import DemandReporter
 from ray_adaptive.runtime.node_watch import NodeWatch
 from ray_adaptive.runtime.router import Router
+from ray_adaptive.runtime.spare import Spares
 from ray_adaptive.runtime.switch import SwitchNotStarted, switch
 from ray_adaptive.runtime.topology import NAMESPACE, Topology, actor_name
 from ray_adaptive.workload.specs import TaskSpec
@@ -63,6 +64,7 @@ class PolicyRuntime:
         self._owned: Optional[Topology] = None  # the topology this process built last (it owns its actors)
         # processes a switch took for dead that were still registered -> when (this process's monotonic clock)
         self._late: Dict[str, float] = {}
+        self.spares = Spares()  # the owner's: the next switch's actors, started ahead (see runtime.spare)
 
     def __repr__(self) -> str:
         return f"PolicyRuntime({self.name!r}, plan={self.plan.name!r})"
@@ -208,6 +210,7 @@ class PolicyRuntime:
             left = {n.id for n in known if n.alive and n.id not in alive}
             joined = joined_nodes(self.policy, known, *self.node_options)
             if not left and not joined:
+                self.spares.keep(self.topology)
                 return None
             self.binding.add({n.id: slots_of(n.executors, n.queue) for n in joined})
             nodes = [dataclasses.replace(n, alive=False) if n.id in left else n for n in known] + joined
@@ -259,7 +262,9 @@ class PolicyRuntime:
         before, start = self.plan.name, time.time()
         for attempt in (1, 2):
             try:
-                new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild, nodes=nodes, slots=slots)
+                spare = self.spares.take(self.topology.generation + 1) if attempt == 1 else None
+                new, what = switch(self.topology, lowered, on_phase=on_phase, rebuild=rebuild, nodes=nodes, slots=slots,
+                                   spare=spare)
                 break
             except SwitchNotStarted as err:
                 log.warning("ray-adaptive: policy %r: switch to %s, attempt %d: %s", self.name, lowered.name,
@@ -277,7 +282,9 @@ class PolicyRuntime:
         self.router.wait_generation(new.generation)
         entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,
                  "reason": reason, "estimates": estimates or {}, "measured": measured or {},
-                 "freeze_s": what["freeze_s"], "exact": what["exact"], "unacked": what["unacked"]}
+                 "freeze_s": what["freeze_s"], "build_s": what["build_s"], "prepare_s": what["prepare_s"],
+                 "from_spare": what["from_spare"],
+                 "exact": what["exact"], "unacked": what["unacked"]}
         log.info("ray-adaptive: policy %r: %s -> %s in %.3f s: %s", self.name, before, lowered.name,
                  what["freeze_s"], reason)
         self._history.append(entry)
@@ -372,6 +379,8 @@ class PolicyRuntime:
         release_actors(self.name, join=timeout <= 0)  # (issue 38: its policy actors' OnFinish, see runtime.actor_life)
         self.router.close(timeout)
         if self.binding is not None and ray.is_initialized():
+            with self._switching:  # (a look of the node watch that started a spare has ended: none comes)
+                self.spares.drop()
             if self._owned is not None:
                 self._owned.retire()  # (the handles of the actors the last switch made here: killed as well)
             self.router.topology.close()

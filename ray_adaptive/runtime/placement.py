@@ -37,9 +37,17 @@ class Placement:
     whose placements keep a replica of it.
     """
 
-    def __init__(self, index: int, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
-                 records: int = 0):
+    def __init__(self, index: Optional[int] = None, spec: Optional[RoleSpec] = None, nodes: Sequence[NodeState] = (),
+                 store: Optional[Actor] = None, t0: float = 0.0, generation: int = 0, records: int = 0):
         self.node_id = ray.get_runtime_context().get_node_id()
+        if index is not None:  # (else a spare, started before the switch that configures it: see runtime.spare)
+            self.configure(index, spec, nodes, store, t0, generation, records)
+
+    def configure(self, index: int, spec: Optional[RoleSpec], nodes: Sequence[NodeState], store: Optional[Actor],
+                  t0: float, generation: int = 0, records: int = 0) -> None:
+        """Take up place ``index`` of ``generation``. (Not restarted when its process dies: a spare is
+        configured once, by its switch, before the selector it serves sends it anything.)"""
+        assert spec is not None
         self._t0 = t0
         self._generation = generation
         self._records = records

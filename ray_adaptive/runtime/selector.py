@@ -60,26 +60,38 @@ class Selector:
     """The selector: the global pending queue, exact State, decisions for every submitting process (see
     the module doc for its protocol)."""
 
-    def __init__(self, spec: RoleSpec, nodes: Sequence[NodeState], placements: Sequence[Tuple[str, str]], t0: float,
-                 wait_s: float = 0.05, lease: bool = False, awaiting_state: bool = False, records: int = 0):
-        self._s = spec.scheduler(nodes, records=records)
-        self._t0 = t0
+    def __init__(self, spec: Optional[RoleSpec] = None, nodes: Sequence[NodeState] = (),
+                 placements: Sequence[Tuple[str, str]] = (), t0: float = 0.0, wait_s: float = 0.05,
+                 lease: bool = False, awaiting_state: bool = False, records: int = 0,
+                 spare: Optional[Tuple[str, str, int]] = None):
         self._wait_s = wait_s
         self._cond = threading.Condition()
+        self._installed = self._closed = self._frozen = False
+        self._spare = spare  # (store name, namespace, generation): started before its switch, configured by it
+        with warnings.catch_warnings():  # (Ray reads the actor table through a deprecated API)
+            warnings.simplefilter("ignore")
+            self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self._configured = False
+        if spec is not None:
+            self._setup(spec, nodes, placements, t0, lease, awaiting_state, records)
+        elif self._restarted:  # a spare its switch configured: its config is the store's (a restart's
+            cfg = self._stored_config()  # arguments are the first ones, and a spare's have none)
+            if cfg is not None:
+                self._setup_from(cfg)
+
+    def _setup(self, spec: RoleSpec, nodes: Sequence[NodeState], placements: Sequence[Tuple[str, str]], t0: float,
+               lease: bool, awaiting_state: bool, records: int) -> None:
+        self._s = spec.scheduler(nodes, records=records)
+        self._t0 = t0
         self._mail: Dict[str, List[Decision]] = {}
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
         self._gone: set = set()  # clients that left (see forget)
         self._dead: set = set()  # nodes marked dead
         self.decisions = 0
-        self._closed = False
         self.incarnation = uuid.uuid4().hex
-        with warnings.catch_warnings():  # (Ray reads the actor table through a deprecated API)
-            warnings.simplefilter("ignore")
-            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        restarted = self._restarted
         self._desk = LeaseDesk(lease, restarted)
-        self._restarted = restarted
         self._installed = restarted or not awaiting_state  # (restarted: the clients rebuild its State)
-        self._frozen = False
         self._fwd: Optional[Forwarder] = None  # the hybrid's placement schedulers
         if placements:
             # (named, not handles: arguments that hold actor handles go to the object store, and a
@@ -87,6 +99,53 @@ class Selector:
             handles = [h for h in (_lookup(name, namespace) for name, namespace in placements) if h is not None]
             self._fwd = Forwarder(handles, self._cond, self._now, self._release, self._mail_to, self._decide)
             self._fwd.start(restarted)
+        self._configured = True
+
+    # ------------------------------------------------------------- a spare (see runtime.spare)
+    def configure(self, config: dict) -> str:
+        """Take up the generation ``config`` describes (a topology's config): a spare started before the
+        switch that needs it. Returns this incarnation."""
+        with self._cond:
+            if not self._configured:
+                self._setup_from(config)
+            return self.incarnation
+
+    def _setup_from(self, cfg: dict) -> None:
+        from ray_adaptive.plan import Role, lease_spec, role_specs
+
+        assert self._spare is not None
+        specs = role_specs(cfg["plan"], cfg["overflow"])
+        namespace = self._spare[1]
+        self._setup(specs[Role.SELECTOR], cfg["nodes"], [(name, namespace) for name in cfg["placements"]], cfg["t0"],
+                    lease_spec(cfg["plan"], cfg["overflow"], specs) is not None, cfg["generation"] > 0, cfg["records"])
+
+    def _stored_config(self, timeout_s: float = 0.0) -> Optional[dict]:
+        """This spare's generation's config as the store has it once its switch prepared it (None: not
+        yet, after ``timeout_s``)."""
+        assert self._spare is not None
+        store_name, namespace, generation = self._spare
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                cfg = ray.get(ray.get_actor(store_name, namespace=namespace).config_of.remote(generation), timeout=30)
+            except (ValueError, ray.exceptions.RayActorError):  # (the store restarting: it comes back)
+                cfg = None
+            if cfg is not None or time.monotonic() >= deadline:
+                return cfg
+            time.sleep(0.1)
+
+    def _ensure_configured(self) -> None:
+        """A spare restarted before its switch configured it again: its config from the store, which has
+        it since the switch prepared it (before anything reaches this selector but :meth:`configure`)."""
+        if self._configured:
+            return
+        cfg = self._stored_config(timeout_s=60.0)
+        if cfg is None:
+            raise RuntimeError(f"the spare selector of generation {self._spare and self._spare[2]} was restarted "
+                               f"and its switch's config is not at the store")
+        with self._cond:
+            if not self._configured:
+                self._setup_from(cfg)
 
     def _now(self) -> float:
         return time.time() - self._t0
@@ -239,6 +298,7 @@ class Selector:
     def install(self, state: Optional[dict]) -> str:
         """The State handed over by the plan this one replaces (None: the initial State; the processes
         rebuild theirs); exchanges are answered from now on. Returns this incarnation."""
+        self._ensure_configured()
         with self._cond:
             if state is not None and not self._installed:
                 self._s.interp.state.update(state)

@@ -233,6 +233,15 @@ class StateStore:
                     "reports": {c: dict(r) for c, r in self._reports.items()}, "info": dict(self._info)}
 
     # -- switches -------------------------------------------------------------
+    def config_of(self, generation: int) -> Optional[dict]:
+        """The config of ``generation`` if it is in force or being switched to (None otherwise): what a
+        restarted spare actor takes up (see :mod:`ray_adaptive.runtime.spare`)."""
+        with self._cond:
+            for cfg in (self._config, self._next):
+                if cfg is not None and cfg["generation"] == generation:
+                    return {k: v for k, v in cfg.items() if k != "handles"}
+            return None
+
     def _check_next(self, generation: int) -> None:
         if generation != self._config["generation"] + 1:
             raise ValueError(f"generation {self._config['generation']} is in force: the next is "

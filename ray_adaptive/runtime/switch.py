@@ -62,6 +62,7 @@ from ray_adaptive.plan import LoweredPlan, NodeState
 from ray_adaptive.runtime import audit, background
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
+from ray_adaptive.runtime.spare import SpareGeneration
 from ray_adaptive.runtime.topology import Topology, build_generation
 
 __all__ = ["PlanWatcher", "Follower", "SwitchNotStarted", "switch"]
@@ -287,15 +288,19 @@ def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[di
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
            on_phase: Optional[Callable[[str, Topology], None]] = None, rebuild: bool = False,
-           nodes: Optional[List[NodeState]] = None, slots: Optional[Dict[str, str]] = None) -> Tuple[Topology, dict]:
+           nodes: Optional[List[NodeState]] = None, slots: Optional[Dict[str, str]] = None,
+           spare: Optional[SpareGeneration] = None) -> Tuple[Topology, dict]:
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
-    topology and what happened (``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
+    topology and what happened (``build_s``: the next generation's actors started, ``from_spare`` of them
+    started ahead; ``prepare_s``: the
+    processes made their side of it; ``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
     left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`). ``nodes`` and
     ``slots``: the cluster the new generation decides for, when nodes joined or left (default: ``old``'s;
     a node keeps its place in the list, a node that left stays in it, marked not alive: State and
-    decisions refer to nodes by place)."""
+    decisions refer to nodes by place). ``spare``: actors started ahead for the new generation (see
+    :mod:`ray_adaptive.runtime.spare`); what it does not use is killed."""
     def phase(name: str, topo: Topology) -> None:
         if on_phase is not None:
             on_phase(name, topo)
@@ -305,15 +310,18 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     new = build_generation(plan, generation, nodes if nodes is not None else old.nodes,
                            slots if slots is not None else old.slots, old.t0, store, old.driver_node, old.records,
                            old.overflow, old.detached)
+    began = time.perf_counter()
     try:
-        new.start_actors()
+        new.start_actors(spare)
     except Exception as err:  # (e.g. a node left under a placement actor being started): nothing changed yet
         new.abandon()
         raise SwitchNotStarted(f"the actors of {plan.name!r} did not start ({type(err).__name__}: "
                                f"{str(err).splitlines()[0] if str(err) else ''}); the plan in force stays") from err
     phase("built", new)
+    built_s = time.perf_counter() - began
     _prepare_all(store, generation, new.config(), PREPARE_TIMEOUT_S)
     start = time.perf_counter()
+    prepare_s = start - began - built_s
     unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
     phase("frozen", new)
     state, exact = (None, False) if rebuild else _collect(old, store, incarnation)
@@ -332,4 +340,5 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     if unacked:
         log.warning("ray-adaptive: processes %s did not freeze for the switch to %r in %g s: taken for dead",
                     unacked, plan.name, ack_timeout_s)
-    return new, {"freeze_s": freeze_s, "exact": exact, "unacked": unacked}
+    return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
+                 "exact": exact, "unacked": unacked}

@@ -45,6 +45,7 @@ from ray_adaptive.runtime.messages import Actor
 from ray_adaptive.runtime.placement import Placement
 from ray_adaptive.runtime.selector import Selector
 from ray_adaptive.runtime.selector_client import SelectorClient
+from ray_adaptive.runtime.spare import SpareGeneration
 from ray_adaptive.runtime.store import StateStore
 
 __all__ = ["Topology", "build", "join", "NAMESPACE", "actor_name"]
@@ -78,6 +79,7 @@ class Topology:
     overflow: bool = False  # Ray's queue holds a full cluster's tasks (see ray_adaptive.plan.holding)
     found: bool = True  # its placement actors were looked up (see from_config)
     detached: bool = False  # its actors are owned by no process (a policy service: see ray_adaptive.api.service)
+    from_spare: int = 0  # of its actors, those started ahead as a spare (see ray_adaptive.runtime.spare)
     specs: Dict[Role, RoleSpec] = field(init=False)
     lease: Optional[RoleSpec] = field(init=False)
 
@@ -156,31 +158,64 @@ class Topology:
             out["placements"] = ray.get([p.export.remote() for p in self.placements])
         return out
 
-    def start_actors(self) -> None:
-        """Start the selector and placement actors this generation needs, and wait until they are up."""
-        plan, specs, nodes, g = self.plan, self.specs, self.nodes, self.generation
-        name = plan.policy.name
-        life = _lifetime(self.detached)
+    def start_actors(self, spare: Optional[SpareGeneration] = None) -> None:
+        """Start the selector and placement actors this generation needs and wait until they are up. Those
+        of ``spare`` (started ahead for this generation: see :mod:`ray_adaptive.runtime.spare`) are
+        configured instead where they serve -- the selector; a placement actor whose node is alive -- and
+        the rest of it killed."""
+        spare = spare if spare is not None and spare.generation == self.generation else SpareGeneration(self.generation)
+        self.from_spare = 0
+        specs, nodes, g = self.specs, self.nodes, self.generation
+        name, life = self.plan.policy.name, _lifetime(self.detached)
+        configured = []
         if Role.SELECTOR in specs:
             if Role.SCHEDULERS in specs:
-                # pinned to the nodes alive now: one that left would leave its actor unschedulable, and the
-                # switch building it would fail (a placement actor places on every node wherever it runs)
                 alive = _alive_ids()
-                hosts = [n for n in nodes if n.id in alive] or list(nodes)
-                self.placements = [
-                    ray.remote(Placement).options(
-                        num_cpus=0, name=actor_name(name, f"placement-{i}", g), namespace=NAMESPACE, **life,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(hosts[i % len(hosts)].id, soft=False),
-                    ).remote(i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records)
-                    for i in range(plan.k(len(nodes)))
-                ]
-            self.selector = ray.remote(Selector).options(  # restarted if its process dies (see Selector)
-                name=actor_name(name, "selector", g), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
-                max_restarts=-1, **life, scheduling_strategy=_near(self.driver_node),
-            ).remote(specs[Role.SELECTOR], list(nodes),
-                     [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
-                     lease=self.lease is not None, awaiting_state=g > 0, records=self.records)
+                self.placements = []
+                for i, host in enumerate(self._hosts(alive)):
+                    ready, was_on = spare.placements.pop(i, (None, ""))
+                    if ready is not None and was_on in alive:  # (a placement actor places wherever it runs)
+                        configured.append(ready.configure.remote(i, specs[Role.SCHEDULERS], list(nodes), self.store,
+                                                                 self.t0, g, self.records))
+                        self.placements.append(ready)
+                        self.from_spare += 1
+                    else:
+                        self.placements.append(_placement_actor(name, i, g, host, life).remote(
+                            i, specs[Role.SCHEDULERS], list(nodes), self.store, self.t0, g, self.records))
+            if spare.selector is not None:
+                self.selector, spare.selector = spare.selector, None
+                self.from_spare += 1
+                configured.append(self.selector.configure.remote({**self.config(), "handles": None}))
+            else:
+                self.selector = _selector_actor(name, g, self.driver_node, life).remote(
+                    specs[Role.SELECTOR], list(nodes),
+                    [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
+                    lease=self.lease is not None, awaiting_state=g > 0, records=self.records)
+        spare.kill()  # (what this generation does not use)
+        ray.get(configured)
         wait_ready(a for a in (self.selector, *self.placements) if a is not None)
+
+    def _hosts(self, alive: set, more_nodes: int = 0) -> List[str]:
+        """The node of each placement actor (by index) -- on ``more_nodes`` nodes more, for a spare --: the
+        nodes alive now, in turn (one that left would leave its actor unschedulable, and the switch building
+        it would fail)."""
+        hosts = [n for n in self.nodes if n.id in alive] or list(self.nodes)
+        return [hosts[i % len(hosts)].id for i in range(self.plan.k(len(self.nodes) + more_nodes))] \
+            if Role.SCHEDULERS in self.specs and Role.SELECTOR in self.specs else []
+
+    def start_spare(self) -> SpareGeneration:
+        """Start, unconfigured, the actors the next generation of this plan would start (see
+        :mod:`ray_adaptive.runtime.spare`); not waited for."""
+        g, name, life = self.generation + 1, self.plan.policy.name, _lifetime(self.detached)
+        spare = SpareGeneration(g)
+        if Role.SELECTOR in self.specs:
+            # (one more than this generation has, if a node more adds one: the placement actor of a node that
+            # joins need not wait for a worker process there -- it starts on that node at the next switch)
+            spare.placements = {i: (_placement_actor(name, i, g, host, life).remote(), host)
+                                for i, host in enumerate(self._hosts(_alive_ids(), more_nodes=1))}
+            spare.selector = _selector_actor(name, g, self.driver_node, life).remote(
+                spare=(actor_name(name, "store"), NAMESPACE, g))
+        return spare
 
     def retire(self) -> None:
         """Kill this generation's selector and placement actors (a switch replaced them; the store stays).
@@ -233,6 +268,18 @@ def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], 
     wait_ready([store])
     topo.start_actors()
     return topo
+
+
+def _placement_actor(policy_name: str, index: int, generation: int, host: str, life: dict):
+    return ray.remote(Placement).options(
+        num_cpus=0, name=actor_name(policy_name, f"placement-{index}", generation), namespace=NAMESPACE, **life,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(host, soft=False))
+
+
+def _selector_actor(policy_name: str, generation: int, driver_node: str, life: dict):
+    return ray.remote(Selector).options(  # restarted if its process dies (see Selector)
+        name=actor_name(policy_name, "selector", generation), namespace=NAMESPACE, num_cpus=0, max_concurrency=64,
+        max_restarts=-1, **life, scheduling_strategy=_near(driver_node))
 
 
 def _find(name: str):
