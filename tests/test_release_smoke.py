@@ -57,6 +57,12 @@ def _switch(d):
     assert _positive(d["adaptive"]["ratio_median"])
 
 
+def _join(d):
+    assert {r["spare"] for r in d["runs"]} == {True, False}
+    assert all(_positive(r["in_force_s"]) and _positive(r["first_task_s"]) for r in d["runs"])
+    assert all(r["from_spare"] >= 1 for r in d["runs"] if r["spare"] and r["plan"] != "decentralized")
+
+
 def _check_estimates(d):
     s = d["summary"]
     assert s["points"] == len(d["points"]) > 0 and 0 <= s["agree"] <= s["points"]
@@ -108,7 +114,7 @@ def _actors(d):
 
 
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
-          "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch,
+          "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch, "bench_join": _join,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
           "chaos": _chaos, "bench_actors": _actors}
