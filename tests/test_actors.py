@@ -342,9 +342,14 @@ def test_actors_live_through_a_live_switch_and_end_under_the_next_plan(ray_clust
                      timeout=10)
         assert d["policy_actors"]["arrivals"] >= 5
         assert "actors placed by the policy: 5 alive" in format_status(d)
+        # the monitor records them while they live: the controller's recorded workload and the trace have them
+        assert len(rt.monitor.running()) == 5 and rt.stats()["finished"] == 0
+        assert len(rt.recorded_tasks(rt.clock())) == 5  # (from now on: each holds its room)
         _ended_everywhere(rt, handles)
         wait_for(lambda: _held(rt), until=lambda h: not h, timeout=10)
         assert rt.stats()["finished"] == 5
+        wait_for(lambda: rt.monitor.running(), until=lambda r: not r, timeout=10)
+        assert len(rt.monitor.records()) == 5
     finally:
         _shut_down(handles)
 

@@ -81,3 +81,32 @@ def test_load_reports_the_arrival_rate_over_the_last_seconds():
     later = m.load(recent_s=0.01)  # since the last report only
     assert 3 / 10.0 < later["arrival_rate_per_s"] <= 3 / 0.05
     assert later["arrivals"] == 9
+
+
+def test_long_tasks_are_recorded_while_they_run(tmp_path):
+    """A policy's actors (issue 38): counted as running from their launch, in the records and the trace with
+    their lifetime so far; a window's records have one that arrived before it from the window's start; at its
+    end it is a finished task like any."""
+    import time
+
+    m = Monitor("p", group_by="tenant")
+    _feed(m, [0.0, 1.0], "a")
+    m.arrived(2.0, {"tenant": "b"})
+    m.started(3.0, [("actor0", 2.0, 2.5, {"tenant": "b"})])  # launched at 2.5, told at 3.0
+    time.sleep(0.05)
+    live = m.running()
+    assert [t.id for t in live] == ["actor0"] and live[0].fields == {"tenant": "b"}
+    assert 0.55 <= live[0].duration < 60  # 0.5 s before it was told, and the time since
+    assert [t.id for t in m.records()] == ["a0", "a1", "actor0"]
+    assert [t.id for t in m.records(running=False)] == ["a0", "a1"]
+    window = {t.id: t for t in m.records(since=2.8)}
+    assert set(window) == {"actor0"}  # (a0, a1 arrived before the window)
+    assert window["actor0"].arrival == 2.8 and 0.25 <= window["actor0"].duration <= live[0].duration + 60
+    assert window["actor0"].duration < m.running()[0].duration  # (only its part inside the window)
+    assert m.snapshot()["running_long"] == 1
+    assert m.write_trace(tmp_path / "t.csv") == 3
+    assert {t.id: t.duration > 0.5 for t in read_trace(tmp_path / "t.csv")} == {"a0": False, "a1": False,
+                                                                               "actor0": True}
+    m.finished(10.0, [TaskSpec("actor0", 2.0, 7.5, fields={"tenant": "b"})])  # its end
+    assert m.running() == [] and m.snapshot()["running_long"] == 0
+    assert [(t.id, t.duration) for t in m.records()][-1] == ("actor0", 7.5)

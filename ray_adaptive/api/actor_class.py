@@ -32,6 +32,7 @@ from ray_adaptive.api.runtime import PolicyRuntime
 from ray_adaptive.errors import ResourceError
 from ray_adaptive.plan.fit import demand_of
 from ray_adaptive.runtime.actor_life import ActorPlacement, lives_of
+from ray_adaptive.runtime.routed import LONG_LIVED
 from ray_adaptive.runtime.tenancy import apply_bound
 
 __all__ = ["PolicyActorClass"]
@@ -67,7 +68,8 @@ class PolicyActorClass:
         self._checked: Optional[PolicyRuntime] = None
         self._fields: Dict[str, Any] = self._task
         self._demand = demand_of({**class_default_options(actor_class), **self._options})
-        self._shape = ("actor", id(actor_class))  # (the router's harvest windows: see runtime.harvest)
+        # (the router's harvest windows: see runtime.harvest; LONG_LIVED: the monitor records it while it lives)
+        self._shape = (LONG_LIVED, id(actor_class))
 
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
                 **ray_options: Any) -> "PolicyActorClass":

@@ -355,7 +355,7 @@ class PolicyRuntime:
         return background.get(self.topology.store.loads.remote(), timeout=30)  # (the control loop's thread)
 
     def recorded_tasks(self, since: float) -> List[TaskSpec]:
-        return [t for t in self.monitor.records() if t.arrival >= since]
+        return self.monitor.records(since)  # (actors alive too: from ``since`` on, their lifetime so far)
 
     def clock(self) -> float:
         return self.router.now()

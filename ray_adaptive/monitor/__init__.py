@@ -23,6 +23,13 @@ completions) and gives:
 A task's ``duration`` here is measured from dispatch to completion as its
 submitter sees it: an upper bound of its run time that includes any wait at
 the node.
+
+Long-lived tasks -- a policy's actors, whose duration is their lifetime --
+are recorded while they run, not only when they end (:meth:`Monitor.started`):
+:meth:`Monitor.records`, :meth:`Monitor.write_trace` and the adaptive
+controller's recorded workload give each live one with its lifetime so far
+as its duration (a lower bound), so a replay or a compile of the recorded
+window sees the room it holds.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import statistics
 import threading
 import time
 from collections import defaultdict, deque
+from dataclasses import replace
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ray_adaptive.workload.specs import TaskSpec
@@ -89,6 +97,9 @@ class Monitor:
         # (monotonic time, arrivals, finished per group) at each load(): rates are the difference to
         # the one recent_s ago, not a pass over the last recent_s of records on the router's thread
         self._marks: Deque[tuple] = deque([(time.monotonic(), 0, {})])
+        # long tasks running now (a policy's actors): id -> (the task, dispatched at, runtime time and
+        # monotonic time when told); see started()
+        self._running: Dict[str, Tuple[TaskSpec, float, float, float]] = {}
         self._lock = threading.Lock()
         self._metrics = None
         self._estimate: Optional[float] = None
@@ -125,11 +136,41 @@ class Monitor:
         groups = self._group_names([t.fields for t in tasks])
         duration = sum(t.duration for t in tasks)
         with self._lock:
+            if self._running:
+                for t in tasks:
+                    self._running.pop(t.id, None)
             self._done.extend((at, t) for t in tasks)
             self._counts["finished"] += len(tasks)
             self._counts["duration_s"] += duration
             for group in groups:
                 self._groups[group][2] += 1
+
+    def started(self, at: float, tasks: Sequence[Tuple[str, float, float, dict]]) -> None:
+        """Long-lived tasks -- a policy's actors -- were launched (told at ``at``, runtime time): each ``(id,
+        arrival, dispatched at, fields)``. Until :meth:`finished` records them they are running: see
+        :meth:`records`. (Only these: a short task is recorded when it ends.)"""
+        mono = time.monotonic()
+        with self._lock:
+            for tid, arrival, dispatched, fields in tasks:
+                self._running[tid] = (TaskSpec(tid, arrival, 0.0, fields=fields), dispatched, at, mono)
+
+    def running(self) -> List[TaskSpec]:
+        """The long tasks running now (see :meth:`started`), each with its lifetime so far as its duration."""
+        return self._live(None)
+
+    def _live(self, since: Optional[float]) -> List[TaskSpec]:
+        mono = time.monotonic()
+        with self._lock:
+            running = list(self._running.values())
+        out = []
+        for spec, dispatched, at, told in running:
+            now = at + (mono - told)  # (runtime time)
+            duration = max(now - dispatched, 0.0)
+            if since is not None and spec.arrival < since:  # running at the window's start: from there on
+                out.append(replace(spec, arrival=since, duration=min(duration, max(now - since, 0.0))))
+            else:
+                out.append(replace(spec, duration=duration))
+        return out
 
     # -- read ------------------------------------------------------------------
     def load(self, burst_window: int = 2000, recent_s: float = 10.0) -> dict:
@@ -171,10 +212,16 @@ class Monitor:
         return {**out, "generation": generation, "decision_p50_s": p50, "decision_p99_s": p99,
                 "oldest_pending": oldest_pending}
 
-    def records(self) -> List[TaskSpec]:
-        """The finished tasks recorded (the last ``keep``), in the order they finished."""
+    def records(self, since: Optional[float] = None, running: bool = True) -> List[TaskSpec]:
+        """The finished tasks recorded (the last ``keep``), in the order they finished; then, ``running``,
+        the long tasks running now (actors alive: :meth:`running`). ``since`` (runtime time): only the
+        tasks that arrived then or later, and the running ones that arrived before as if they arrived at
+        ``since`` -- a replay of the window from ``since`` has them hold their room from its start."""
         with self._lock:
-            return [t for _, t in self._done]
+            done = [t for _, t in self._done]
+        if since is not None:
+            done = [t for t in done if t.arrival >= since]
+        return done + self._live(since) if running else done
 
     def snapshot(self, router=None, window_s: Optional[float] = None) -> dict:
         """Figures of the recorded run (the last ``window_s`` seconds of arrivals, if given)."""
@@ -210,7 +257,7 @@ class Monitor:
                 "duration_p99_s": _pct(durations, 0.99),
             }
         out = {"policy": self.policy_name, "group_by": self.group_by, "span_s": span,
-               "arrivals": len(arrivals), "finished": len(done),
+               "arrivals": len(arrivals), "finished": len(done), "running_long": len(self._running),
                "rate_per_s": round(len(arrivals) / span, 3) if span > 0 else 0.0, "groups": groups}
         if router is not None:
             p50, p99 = percentiles(router.decision_latencies(), (0.5, 0.99))
@@ -222,7 +269,8 @@ class Monitor:
         return out
 
     def write_trace(self, path) -> int:
-        """Write the finished tasks as a trace (arrival, measured duration, fields); returns rows."""
+        """Write the finished tasks and the long ones running (:meth:`records`) as a trace (arrival, measured
+        duration -- a running one's lifetime so far --, fields); returns rows."""
         from ray_adaptive.workload.trace import write_trace
 
         specs = sorted(self.records(), key=lambda t: (t.arrival, t.id))

@@ -14,10 +14,14 @@ from typing import Any, Callable, Optional
 
 from ray_adaptive.plan import TaskState
 
-__all__ = ["RoutedTask", "RouterStats", "Launch"]
+__all__ = ["RoutedTask", "RouterStats", "Launch", "LONG_LIVED"]
 
 #: node id -> the ObjectRef of the task submitted there (its slot resource bound)
 Launch = Callable[[str], Any]
+
+#: The first item of the shape of a long-lived task: a policy actor's creation (``("actor", class)``, see
+#: ``api.actor_class``), whose duration is the actor's lifetime. The monitor records one while it runs.
+LONG_LIVED = "actor"
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from ray_adaptive.plan import TaskState
 from ray_adaptive.runtime.deadlines import DeadlineClock
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.harvest import Harvester
-from ray_adaptive.runtime.routed import RoutedTask, RouterStats
+from ray_adaptive.runtime.routed import LONG_LIVED, RoutedTask, RouterStats
 from ray_adaptive.runtime.switch_gate import SwitchGate
 from ray_adaptive.workload.specs import TaskSpec
 
@@ -117,6 +117,10 @@ class TaskBook:
                     self._lock.notify_all()
             if self._monitor is not None:
                 self._monitor.decided([task.state.fields for task, _ in launched])
+                long = [(t.state.id, t.state.arrival, t.dispatched_at, t.state.fields) for t, _ in launched
+                        if type(t.shape) is tuple and t.shape[:1] == (LONG_LIVED,)]
+                if long:  # (actors: recorded while they live, not only at their end)
+                    self._monitor.started(self.decider.now(), long)
             for task, ref in launched:
                 if task.future is not None:
                     task.future.set_result(ref)
