@@ -41,6 +41,11 @@ _RUN = textwrap.dedent('''
                                                     float(value)))
         return samples
 
+    @ray.remote(num_cpus=0)
+    class Replica:
+        def ping(self):
+            return 1
+
     @ray.remote(num_cpus=1)
     def work(i):
         time.sleep(4 if i < 0 else 0.01)  # (the task's work: a long one holds its slot past a deadline)
@@ -70,10 +75,17 @@ _RUN = textwrap.dedent('''
         except ra.PlacementDeadlineExceeded:
             dropped = True
         ray.get(slow)
+        # actors placed by the policy (issue 38): 3 created, 1 killed -- 2 alive, 1 ended "dead"
+        replicas = ra.policy("drf_lb")(Replica).options(task={"tenant": "d", "resource_vec": [0.1, 0.2, 0.1]})
+        actors = [replicas.remote() for _ in range(3)]
+        ray.get([a.ping.remote() for a in actors])
+        ray.kill(actors[0])
         def exported(samples):  # the last export has reached the endpoint
             done = [v for labels, v in samples.get("ray_ray_adaptive_finishes_total", []) if labels.get("group") == "b"]
+            alive = [v for _, v in samples.get("ray_ray_adaptive_actors_alive", [])]
             return samples.get("ray_ray_adaptive_drops_total") and sum(done) >= 20 + len(slow) \\
-                and samples.get("ray_ray_adaptive_switches_total")
+                and samples.get("ray_ray_adaptive_switches_total") \\
+                and samples.get("ray_ray_adaptive_actor_ends_total") and alive and sum(alive) == 2
 
         samples = wait_for(lambda: scrape(lc.metrics_url()), timeout=60, period=0.5, until=exported,
                            message="the last export at the endpoint")
@@ -126,3 +138,16 @@ def test_the_counters_count_what_the_runtime_did(scraped):
     # (at the measured load, idle by now) is there, whatever its value
     assert _total(s, "ray_ray_adaptive_goodput_measured", policy="drf_lb") > 0
     assert [tags for tags, _ in s["ray_ray_adaptive_goodput_estimated"] if tags.get("policy") == "drf_lb"]
+
+
+def test_the_actor_metrics_count_the_policys_actors(scraped):
+    """3 actors placed by the policy, 1 of them killed: arrivals, placements and ends by kind counted, 2 alive;
+    to the task counters each actor is a decision at its placement and a finish at its end."""
+    s = scraped["samples"]
+    assert _total(s, "ray_ray_adaptive_actor_arrivals_total", policy="drf_lb") == 3
+    assert _total(s, "ray_ray_adaptive_actor_placements_total", policy="drf_lb") == 3
+    assert _total(s, "ray_ray_adaptive_actor_ends_total", policy="drf_lb", kind="dead") == 1
+    assert _total(s, "ray_ray_adaptive_actor_ends_total", policy="drf_lb") == 1
+    assert _total(s, "ray_ray_adaptive_actors_alive", policy="drf_lb") == 2
+    assert _total(s, "ray_ray_adaptive_decisions_total", policy="drf_lb", group="d") == 3
+    assert _total(s, "ray_ray_adaptive_finishes_total", policy="drf_lb", group="d") == 1

@@ -17,8 +17,20 @@ metric                                      kind        tags            what
 ``ray_adaptive_plan_in_force``              gauge       policy, plan    1 for the plan in force, 0 before
 ``ray_adaptive_switches_total``             counter     policy          live plan switches
 ``ray_adaptive_outstanding``                gauge       policy          tasks queued or running on nodes
+``ray_adaptive_actors_alive``               gauge       policy          the policy's actors alive (placed,
+                                                                        not ended)
+``ray_adaptive_actor_arrivals_total``       counter     policy          actor creation requests
+``ray_adaptive_actor_placements_total``     counter     policy          actor placements (an actor that lost
+                                                                        its node is placed again: one more)
+``ray_adaptive_actor_ends_total``           counter     policy, kind    actor placements ended: ``dead``
+                                                                        (killed, exited, owner or node gone),
+                                                                        ``moved`` (its node died; restarted),
+                                                                        ``released`` (``ra.shutdown()`` here)
 ==========================================  ==========  ==============  =====================================
 
+The actor metrics (issue 38; docs/runtime.md, *Actors*) appear once this
+process has submitted an actor of the policy; an actor is also a task to the
+other counters (a decision at its placement, a finish at its end).
 ``group`` is the runtime's ``group_by`` field (``tenant`` by default). Ray
 exports them with its own ``ray_`` prefix (``ray_ray_adaptive_pending``);
 ``examples/grafana/ray_adaptive.json`` plots them next to Ray's panels.
@@ -57,15 +69,20 @@ class RayMetrics:
             ("outstanding", "tasks queued or running on nodes"))}
         self.plan = metrics.Gauge("ray_adaptive_plan_in_force", "1 for the plan in force", ("policy", "plan"))
         self.switches = metrics.Counter("ray_adaptive_switches_total", "live plan switches", p)
-        self._last: Dict[tuple, float] = {}  # (counter, group) -> value exported
+        self.actors_alive = metrics.Gauge("ray_adaptive_actors_alive", "the policy's actors alive", p)
+        self.counters.update({f"actor_{k}": metrics.Counter(f"ray_adaptive_actor_{k}_total", what, p) for k, what in (
+            ("arrivals", "actor creation requests"), ("placements", "actor placements"))})
+        self.counters["actor_ends"] = metrics.Counter("ray_adaptive_actor_ends_total", "actor placements ended",
+                                                      ("policy", "kind"))
+        self._last: Dict[tuple, float] = {}  # (counter, group or kind) -> value exported
         self._decided = 0  # this process's tasks decided, at the last export
         self._plan: Optional[str] = None
         self._generation = 0
 
-    def _advance(self, counter: str, group: str, value: float) -> None:
+    def _advance(self, counter: str, group: str, value: float, tag: str = "group") -> None:
         delta = value - self._last.get((counter, group), 0)
         if delta > 0:
-            self.counters[counter].inc(delta, {**self.tag, "group": group})
+            self.counters[counter].inc(delta, {**self.tag, tag: group} if tag else self.tag)
             self._last[(counter, group)] = value
 
     def export(self, monitor, router=None) -> None:
@@ -82,6 +99,13 @@ class RayMetrics:
             self.gauges["goodput_estimated"].set(monitor.estimate, self.tag)
         if router is None:
             return
+        actors = load.get("policy_actors")  # (the router's report: this process's actors of the policy)
+        if actors:
+            self.actors_alive.set(actors["alive"], self.tag)
+            self._advance("actor_arrivals", "", actors["arrivals"], tag="")
+            self._advance("actor_placements", "", actors["placements"], tag="")
+            for kind, n in actors["ended"].items():
+                self._advance("actor_ends", kind, n, tag="kind")
         for group, c in load["groups"].items():
             self.pending.set(c.get("pending", 0), {**self.tag, "group": group})
         self.gauges["outstanding"].set(sum(router.outstanding().values()), self.tag)

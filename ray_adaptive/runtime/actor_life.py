@@ -241,15 +241,19 @@ def actor_stats(policy: str) -> ActorStats:
         return ActorStats(s.arrivals, s.placed, dict(s.ended), list(s.lifetimes_s))
 
 
-def actor_report(policy: str) -> Dict[str, dict]:
-    """What this process adds to its load report (``ray-adaptive status``): its actors of ``policy``, if any."""
-    s = actor_stats(policy)
-    if not s.arrivals:
+def actor_report(policy: str, since: Optional[ActorStats] = None) -> Dict[str, dict]:
+    """What this process adds to its load report (``ray-adaptive status``, the ``ray_adaptive_actor*``
+    metrics): its actors of ``policy``, if any. ``since``: the counts when the runtime began in this process
+    (:func:`actor_stats` then): arrivals, placements and ends are counted from there -- an earlier runtime
+    of the policy here had its own --; ``alive`` and the lifetimes are this process's."""
+    s, base = actor_stats(policy), since or ActorStats()
+    alive = s.placed - sum(s.ended.values())
+    if s.arrivals == base.arrivals and not alive:
         return {}
-    ended = sum(s.ended.values())
+    ended = {k: v - base.ended.get(k, 0) for k, v in s.ended.items() if v > base.ended.get(k, 0)}
     life = sorted(s.lifetimes_s)
-    return {"policy_actors": {"arrivals": s.arrivals, "placements": s.placed, "alive": s.placed - ended,
-                              "ended": s.ended, "lifetime_p50_s": life[len(life) // 2] if life else None}}
+    return {"policy_actors": {"arrivals": s.arrivals - base.arrivals, "placements": s.placed - base.placed,
+                              "alive": alive, "ended": ended, "lifetime_p50_s": life[len(life) // 2] if life else None}}
 
 
 def merge_actor_reports(reports: Any) -> Optional[dict]:

@@ -39,7 +39,7 @@ from ray_adaptive.monitor import Monitor
 from ray_adaptive.errors import InfeasibleTaskError
 from ray_adaptive.plan import TaskState
 from ray_adaptive.plan.fit import Demand, describe, fits
-from ray_adaptive.runtime.actor_life import actor_report
+from ray_adaptive.runtime.actor_life import actor_report, actor_stats
 from ray_adaptive.runtime.deadlines import DeadlineClock
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.dispatcher import Dispatcher
@@ -79,6 +79,7 @@ class Router:
         self.fresh_s = self._freshness(topology)
         self.stats = RouterStats()
         self.monitor = monitor
+        self._actors_since = actor_stats(policy.name)  # (this runtime's actor counts start here: see report)
         self._cond = threading.Condition()
         self._closed = False
         self._fitting: Set[Tuple[int, Demand]] = set()  # (generation, demand) some node fits, or may come to
@@ -407,7 +408,7 @@ class Router:
             latencies = [] if self.decider.thread_safe else self.decider.decision_latencies()[-10_000:]
             demand = self.book.demand()
         return {**self.monitor.report(tally, generation, latencies, self.oldest_pending()), **demand,
-                **actor_report(self.policy.name)}  # (issue 38: this process's policy actors)
+                **actor_report(self.policy.name, self._actors_since)}  # (issue 38: this process's policy actors)
 
     def task_id_of(self, ref: Any) -> Optional[str]:
         """The id of the task whose ObjectRef is ``ref`` (while it runs: finished ones are forgotten)."""
