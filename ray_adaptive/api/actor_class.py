@@ -80,6 +80,10 @@ class PolicyActorClass:
         if bad:
             raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the actor "
                              f"itself; leave it out")
+        if "preemptible" in ray_options:
+            raise ValueError(f"actors of policy {self._policy!r} cannot be preemptible: a policy's Preempt stops "
+                             f"plain tasks only (an actor's state would be lost with its process); leave "
+                             f"preemptible out, or make the work a @ray.remote function")
         if task is not None and not isinstance(task, Mapping):
             raise TypeError(f"task= must be a dict of the policy's Task fields, got {task!r}")
         if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float))
@@ -116,7 +120,7 @@ class PolicyActorClass:
     def _route(self, args: tuple, kwargs: dict, wait: bool) -> Any:
         rt = self._runtime()
         made: List[Any] = []  # the handle, handed to the caller (never kept here: see _launch)
-        record = ActorPlacement.new(self._policy, self._place_again)
+        record = ActorPlacement.new(self._policy, rt.router.client, self._place_again)
         lives = lives_of()
         lives.arrived(self._policy)
 

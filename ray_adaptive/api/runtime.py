@@ -16,7 +16,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.monitor import Monitor, percentiles
 from ray_adaptive.plan import Plan
 from ray_adaptive.runtime import background
-from ray_adaptive.runtime.actor_life import placed_actor_task_id, release_actors
+from ray_adaptive.runtime.actor_life import placed_actor_task_id, release_actors, remove_bindings_of
 from ray_adaptive.runtime.binding import SlotBinding
 from ray_adaptive.runtime.job_watch import JobWatch
 from ray_adaptive.runtime.demand import DemandReporter
@@ -187,6 +187,11 @@ class PolicyRuntime:
                       f"remaining jobs' tasks")
             entry = self._replace(self.topology.plan, reason, rebuild=True)
             self.publish_info()
+        try:  # (its actors died with it: the bindings its thread would have removed)
+            remove_bindings_of(self.name, clients)
+        except Exception:  # noqa: BLE001  (left on the nodes: the eviction itself is done)
+            log.warning("policy %r: removing the actor bindings of job %s's processes failed", self.name, job,
+                        exc_info=True)
         if "rolled_back" in entry:  # (the job watch tries again: the job's share is still in the State)
             raise RuntimeError(f"policy {self.name!r}: evicting job {job} failed: {entry['rolled_back']}")
         return entry

@@ -5,7 +5,8 @@ its creation request, Score picks its node, OnDispatch runs when it is
 placed, OnFinish when it ends. The router (``runtime/router.py``) runs that
 cycle for it unchanged, given two things per placement (:meth:`ActorLives.place`):
 
-* **the binding**: a resource of its own, ``ra-<policy>-actor-<uid>`` (1 unit),
+* **the binding**: a resource of its own, ``ra-<policy>-actor-<client>-<uid>``
+  (1 unit; ``client``: the submitting process's id at the store),
   created on the chosen node just before the actor is created with it (and
   a soft node affinity, so the creation goes there without waiting for the
   resource to be reported). Not the node's slot: when a node dies, Ray
@@ -24,6 +25,13 @@ from its node; if the actor was **moved** (its node died and Ray restarts
 it), submits it to the policy again -- a new arrival, placed by Score like
 any, so OnArrival/OnDispatch/OnFinish run once per placement. The thread
 runs while this process watches any actor.
+
+A submitting process that dies -- a task or actor that created policy
+actors, a driver killed -- takes its actors with it (Ray's fate-sharing) and
+its thread with them: the owner's job watch evicts it (the State rebuilt
+without its tasks and actors: their OnFinish, once), and
+:func:`remove_bindings_of` removes the bindings it left (by their names'
+``client``) where no actor holds them any more.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import ray
 
@@ -42,7 +50,7 @@ from ray_adaptive._private.submit import RayGoneError
 from ray_adaptive.errors import ResourceError
 from ray_adaptive.runtime.binding import SlotBinding
 
-__all__ = ["ActorPlacement", "ActorLives", "lives_of", "release_actors", "placed_actor_task_id", "actor_stats", "actor_report", "merge_actor_reports", "format_actor_reports"]
+__all__ = ["ActorPlacement", "ActorLives", "lives_of", "binding_prefix", "remove_bindings_of", "release_actors", "placed_actor_task_id", "actor_stats", "actor_report", "merge_actor_reports", "format_actor_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +70,34 @@ class ActorPlacement:
     history: List[str] = field(default_factory=list)  # the nodes it was placed on, in order
 
     @staticmethod
-    def new(policy: str, resubmit: Callable[["ActorPlacement"], Any]) -> "ActorPlacement":
-        return ActorPlacement(policy, f"ra-{SlotBinding.tag(policy)}-actor-{uuid.uuid4().hex[:12]}", resubmit)
+    def new(policy: str, client: str, resubmit: Callable[["ActorPlacement"], Any]) -> "ActorPlacement":
+        """A new actor of ``policy`` submitted by process ``client`` (its id at the store)."""
+        return ActorPlacement(policy, f"{binding_prefix(policy, client)}{uuid.uuid4().hex[:12]}", resubmit)
+
+
+def binding_prefix(policy: str, client: str) -> str:
+    """How the binding resources of the actors ``client`` submits to ``policy`` begin."""
+    return f"ra-{SlotBinding.tag(policy)}-actor-{client}-"
+
+
+def remove_bindings_of(policy: str, clients: Iterable[str]) -> List[str]:
+    """Remove the binding resources the actors of ``clients`` -- submitting processes that died (the owner's
+    eviction) -- left on the nodes, where no actor holds them: those actors died with their process (Ray's
+    fate-sharing), and nobody else would remove them. One held (a ``lifetime="detached"`` actor living on)
+    is left to it. Returns the names removed."""
+    prefixes = tuple(binding_prefix(policy, c) for c in clients)
+    if not prefixes:
+        return []
+    removed = []
+    for node, held in resources.get_cluster_state().items():
+        for name, r in held.items():
+            if name.startswith(prefixes) and r["total"] > 0 and r["available"] >= r["total"]:
+                try:
+                    resources.set_resource(name, 0, node_spec=node)
+                    removed.append(name)
+                except (ResourceError, RayGoneError):
+                    pass  # (the node went meanwhile, and its resources with it)
+    return removed
 
 
 @dataclass
