@@ -37,20 +37,15 @@ The reference semantics of ``Preempt(task, victim, node): [grace=S, max=K]``
 
 from __future__ import annotations
 
-import copy
-import math
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 from ray_adaptive.dsl.interp import Interpreter
+from ray_adaptive.plan.preempting import RECHECK_S, choose, next_recheck
 from ray_adaptive.plan.room import has_room
 from ray_adaptive.sim.model import Node, Task
 
 __all__ = ["RECHECK_S", "Nomination", "victims", "nominate", "fits_after", "release", "next_recheck"]
 
-#: While tasks wait under a policy that preempts, the ideal scheduler decides at least this often.
-RECHECK_S = 1.0
 
 
 class Nomination:
@@ -91,9 +86,8 @@ def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node]
 
     Preempt reads the State as it will be once the preemptions already chosen have happened -- theirs
     from earlier decision points (still in their grace) and each one chosen in this pass -- as Kubernetes
-    counts nominated pods: a scratch copy of State on which OnPreempt (else OnFinish) of each victim and
-    OnDispatch of its task have run. Without it, tasks of one tenant reading the same State would all
-    reclaim at once and overshoot the share each was checked against."""
+    counts nominated pods (see :func:`ray_adaptive.plan.preempting.choose`, the rules' one
+    implementation, which the selector on Ray runs too)."""
     preempt = interp.policy.preempt
     if preempt is None:
         return []
@@ -103,50 +97,14 @@ def nominate(interp: Interpreter, pending: Sequence[Task], nodes: Sequence[Node]
         running = [v for v in running if visible(v)]
     if not waiting or not running:
         return []
-    scratch = _scratch(interp, [(t, t.nominee) for t in pending if t.nominee is not None], now)
-    scores = scratch.score_matrix(waiting, nodes, now)  # (tasks, nodes)
-    order = sorted(range(len(waiting)), key=lambda i: (float(scores[i].min()), i))  # (i: arrival, id order)
-    column = {n.id: j for j, n in enumerate(nodes)}
-    on_node = np.array([column[v.node.id] for v in running])
-    taken = np.zeros(len(running), dtype=bool)
-    room = np.array([has_room(v.node.load - 1, v.node.slots) for v in running], dtype=bool)  # (not drained)
-    want = scratch.preempt_matrix(waiting, running, now)  # (tasks, victims), recomputed after each choice
-    out = []
-    for i in order:
-        if taken.all():
-            break
-        task = waiting[i]
-        row = want[i].copy()
-        row[taken | ~np.isfinite(scores[i, on_node])] = math.inf
-        if task.spec.resources:
-            row[[not fits_after(v.node, v, task) for v in running]] = math.inf
-        else:
-            row[~room] = math.inf
-        j = int(np.argmin(row))
-        if row[j] == math.inf:
-            continue
-        taken[j] = True
-        victim = running[j]
-        out.append(Nomination(task, victim, float(row[j]), now))
-        _assume(scratch, task, victim, now)
-        want = scratch.preempt_matrix(waiting, running, now)
-    return out
+    room = {id(v): has_room(v.node.load - 1, v.node.slots) for v in running}  # (not drained)
 
+    def may_take(task: Task, victim: Task) -> bool:
+        return fits_after(victim.node, victim, task) if task.spec.resources else room[id(victim)]
 
-def _scratch(interp: Interpreter, chosen: Sequence[tuple[Task, Task]], now: float) -> Interpreter:
-    """An interpreter of the same policy on a copy of ``interp``'s State with the ``chosen`` (task, victim)
-    preemptions assumed done (the true State is changed only when a victim is stopped)."""
-    scratch = Interpreter(interp.policy, interp.num_nodes)
-    scratch.state = copy.deepcopy(interp.state)
-    for task, victim in chosen:
-        _assume(scratch, task, victim, now)
-    return scratch
-
-
-def _assume(scratch: Interpreter, task: Task, victim: Task, now: float) -> None:
-    node = victim.node
-    scratch.run_hook("OnPreempt" if scratch.policy.hook("OnPreempt") else "OnFinish", victim, node, now)
-    scratch.run_hook("OnDispatch", task, node, now)
+    assumed = [(t, t.nominee) for t in pending if t.nominee is not None]
+    return [Nomination(task, victim, score, now)
+            for task, victim, score in choose(interp, waiting, running, nodes, now, assumed, may_take)]
 
 
 def release(task: Task) -> None:
@@ -156,11 +114,6 @@ def release(task: Task) -> None:
     if other is not None:
         other.nominee = other.doomed_by = None
         task.nominee = task.doomed_by = None
-
-
-def next_recheck(now: float) -> float:
-    """The next whole multiple of :data:`RECHECK_S` after ``now`` (rule 1)."""
-    return (math.floor(now / RECHECK_S) + 1) * RECHECK_S
 
 
 def grace_of(interp: Interpreter) -> Optional[float]:
