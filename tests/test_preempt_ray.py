@@ -1,12 +1,19 @@
-"""Preemptible tasks on Ray (issue 39, ray_adaptive/runtime/preempt.py): a stopped run, then the final one;
-the caller's ref resolves to the final run's result, and each task's body completes exactly once (a
-marker file per completed body). Not yet wired to a policy: the runs are stopped and relaunched here by hand."""
+"""Preemptible tasks on Ray (issue 39): a stopped run, then the final one; the caller's ref resolves to the
+final run's result, and each task's body completes exactly once (a marker file per completed body).
 
+First the mechanism alone (ray_adaptive/runtime/preempt.py: runs stopped and relaunched here by hand),
+then driven by a policy: priority_preemptive's selector chooses the victim, its process stops the run,
+the task waits again and completes once, and the State returns to zero."""
+
+import collections
 import os
+import time
 
 import pytest
 import ray
 
+import ray_adaptive as ra
+from ray_adaptive.dsl import parse_policy, policy_path
 from ray_adaptive.runtime.preempt import FAILED, FINISHED, PREEMPTED, PreemptibleRuns
 
 from conftest import wait_for
@@ -73,3 +80,97 @@ def test_the_tasks_own_error_reaches_its_caller_and_is_no_preemption(ray_cluster
         assert runs.outcome("d", timeout=30) == FAILED
     finally:
         runs.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Driven by a policy (the selector chooses the victim, its process stops the run): priority_preemptive.
+
+# the shipped policy, with a State that counts the tasks holding an executor: OnDispatch adds one, OnPreempt
+# and OnFinish take it back -- it returns to zero only if each stopped run's OnPreempt ran once, and no
+# OnFinish ran for it (the audit checks the same against the tasks in flight)
+COUNTED_PREEMPTIVE = policy_path("priority_preemptive").read_text() + """
+State:
+  holding: int
+
+OnDispatch(task, node):
+  holding += 1
+
+OnPreempt(task, node):
+  holding -= 1
+
+OnFinish(task, node):
+  holding -= 1
+"""
+LOW_S = 4.0  # the issue's 20-s tasks as a release test: release_tests/preempt_ray.py
+
+
+@ray.remote(num_cpus=1)
+def job(name, seconds, folder):
+    """A task body that tolerates starting more than once: each start leaves a marker; its completion
+    creates its marker with O_EXCL, so a second completed run would fail (the test sees the error)."""
+    import time
+
+    started = time.time()
+    with open(os.path.join(folder, f"{name}.started.{os.getpid()}"), "w") as f:
+        f.write(repr(started))
+    time.sleep(seconds)
+    os.close(os.open(os.path.join(folder, f"{name}.done"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    return f"{name} done", started
+
+
+def _selector_stats(rt) -> dict:
+    return ray.get(rt.topology.selector.stats.remote(), timeout=30)
+
+
+def test_priority_preemptive_stops_a_low_task_for_a_high_one_and_every_low_task_completes_once(ray_cluster, tmp_path):
+    folder = str(tmp_path)
+    rt = ra.start(parse_policy(COUNTED_PREEMPTIVE, name="h39_preemptive"), plan="centralized", queue=0, hold="caller")
+    try:
+        slots = sum(n.executors for n in rt.topology.nodes if n.runs_tasks)
+        work = ra.policy("h39_preemptive")(job)
+        low = work.options(task={"priority": 0}, preemptible=True)
+        refs = {f"low{i}": low.remote(f"low{i}", LOW_S, folder) for i in range(slots)}  # every executor
+        wait_for(lambda: len(markers(folder, "started")) == slots, timeout=60, message="every low task started")
+        submitted = time.time()
+        high = work.options(task={"priority": 10}).remote("high", 0.1, folder)  # (placed once a low one stops)
+        placed = time.time()
+        _, high_started = ray.get(high, timeout=60)
+        grace = rt.policy.preempt.grace
+        assert high_started >= submitted + grace - 0.05, "the victim ran on for its grace"
+        # every low task's ref resolves to its own result -- the stopped one's too, from its final run
+        results = ray.get(list(refs.values()), timeout=120)
+        assert [r for r, _ in results] == [f"{name} done" for name in refs]
+        done = [f for f in os.listdir(folder) if f.endswith(".done")]
+        assert sorted(done) == sorted(f"{name}.done" for name in [*refs, "high"])  # each completed once
+        starts = collections.Counter(m.split(".")[0] for m in markers(folder, "started"))
+        stopped = [name for name, k in starts.items() if k > 1]
+        assert len(stopped) == 1 and starts[stopped[0]] == 2, starts  # one victim, started again once
+        stats = _selector_stats(rt)
+        assert stats["preemptions"] == 1 and stats["nominated"] == 0, stats
+        assert rt.router.stats.preempted == 1
+        # the State is back to zero: OnPreempt once for the stopped run, OnFinish once per completion
+        wait_for(lambda: rt.export()["selector"], until=lambda s: not s["running"] and not s["pending"], timeout=30)
+        assert rt.export()["selector"]["state"] == {"holding": 0}
+        report = rt.audit()
+        assert report.exact, report
+        print(f"high task: placed {placed - submitted:.2f} s, started {high_started - submitted:.2f} s after "
+              f"submission (grace {grace:g} s)")
+    finally:
+        ra.shutdown()
+
+
+def test_preemptible_is_checked_early_and_refused_for_actors(ray_cluster):
+    fn = ra.policy("priority_preemptive")(job)
+    with pytest.raises(TypeError, match="preemptible must be True or False, got 'yes'"):
+        fn.options(preemptible="yes")
+    with pytest.raises(TypeError, match="preemptible must be True or False"):
+        fn.options(preemptible=1)
+    assert fn.options(preemptible=True)._preemptible and not fn.options(preemptible=True).options(
+        preemptible=False)._preemptible
+
+    @ray.remote
+    class Actor:
+        pass
+
+    with pytest.raises(ValueError, match="cannot be preemptible"):
+        ra.policy("priority_preemptive")(Actor).options(preemptible=True)

@@ -27,12 +27,13 @@ class PolicyFunction:
     """A ``@ray.remote`` function whose placement a policy decides. Made by :func:`policy`."""
 
     def __init__(self, remote_fn: RemoteFunction, policy_name: str, task: Optional[Mapping[str, Any]] = None,
-                 options: Optional[Dict[str, Any]] = None, deadline_s: float = math.inf):
+                 options: Optional[Dict[str, Any]] = None, deadline_s: float = math.inf, preemptible: bool = False):
         self._fn = remote_fn
         self._policy = policy_name
         self._task = dict(task or {})
         self._options = dict(options or {})
         self._deadline_s = deadline_s
+        self._preemptible = preemptible
         self._bound: dict = {}
         self._bound_key: Optional[tuple] = None
         self._bound_slots: Optional[dict] = None  # the slot mapping _bound was made for (its identity)
@@ -42,15 +43,25 @@ class PolicyFunction:
         self._demand = demand_of({**default_options(remote_fn), **self._options})
 
     def options(self, task: Optional[Mapping[str, Any]] = None, deadline_s: Optional[float] = None,
-                **ray_options: Any) -> "PolicyFunction":
+                preemptible: Optional[bool] = None, **ray_options: Any) -> "PolicyFunction":
         """Ray's own task options plus ``task=``, the policy's Task fields, and ``deadline_s``: a task
         the policy has not placed that many seconds after its submission is dropped, never
         launched (its ``.remote()``, or its Future's ``result()``, raises
         :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` at the deadline), the overload
-        behaviour of the compiler's cluster model."""
+        behaviour of the compiler's cluster model.
+
+        ``preemptible=True``: a policy's ``Preempt`` may stop a run of the task, after the policy's
+        grace, so that a waiting task takes its place; the task waits again and runs anew (at most the
+        policy's ``max`` times). Its ``.remote()`` returns one ``ObjectRef`` that resolves to the result
+        of its final run -- never to a cancellation -- or to the error the task itself raised. Its
+        body may start more than once (a stopped run's worker is killed): mark a task preemptible only
+        if its body is idempotent or restartable (docs/language.md, *Preemption*). Default False."""
         bad = [k for k in _PLACEMENT_OPTIONS if k in ray_options]
         if bad:
             raise ValueError(f"option {bad[0]!r} conflicts with policy {self._policy!r}, which places the task itself")
+        if preemptible is not None and not isinstance(preemptible, bool):
+            raise TypeError(f"preemptible must be True or False, got {preemptible!r} "
+                            f"(a {type(preemptible).__name__})")
         if task is not None and not isinstance(task, Mapping):
             raise TypeError(f"task= must be a dict of the policy's Task fields, got {task!r}")
         if deadline_s is not None and (isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float))
@@ -62,7 +73,8 @@ class PolicyFunction:
         self._fn.options(**ray_options)  # let Ray validate its own options now
         merged = {**self._options, **ray_options}
         return PolicyFunction(self._fn, self._policy, {**self._task, **(task or {})}, merged,
-                              self._deadline_s if deadline_s is None else float(deadline_s))
+                              self._deadline_s if deadline_s is None else float(deadline_s),
+                              self._preemptible if preemptible is None else preemptible)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Submit and return the task's ``ray.ObjectRef`` once the policy has placed it."""
@@ -97,8 +109,8 @@ class PolicyFunction:
         # (the fields are this object's own copy, read-only from here: every task shares them)
         # (``bound``'s identity: tasks Ray queues alike, one function and options; see runtime.harvest)
         if wait:
-            return rt.router.call(self._fields, launch, self._deadline_s, id(bound), self._demand)
-        return rt.router.submit(self._fields, launch, self._deadline_s, id(bound), self._demand)
+            return rt.router.call(self._fields, launch, self._deadline_s, id(bound), self._demand, self._preemptible)
+        return rt.router.submit(self._fields, launch, self._deadline_s, id(bound), self._demand, self._preemptible)
 
     def _bound_per_node(self, rt: PolicyRuntime) -> dict:
         """node id -> ``launch(args, kwargs)`` of this function with its options and that node's

@@ -120,9 +120,11 @@ def lease_spec(plan: LoweredPlan, overflow: bool = False,
     (centralized) or approximates with its placement schedulers (hybrid). A
     hybrid whose placements keep a replica of State (``plan.local_state``)
     never leases: the holder's hooks would change State those replicas never see.
+    Nor does a policy with Preempt: its victims are chosen, and their stops
+    timed, at the selector (:mod:`ray_adaptive.runtime.selector_preempt`).
     """
     specs = specs if specs is not None else role_specs(plan, overflow)
-    if Role.SELECTOR not in specs:
+    if Role.SELECTOR not in specs or plan.policy.preempt is not None:
         return None
     if Role.SCHEDULERS not in specs:
         return specs[Role.SELECTOR]

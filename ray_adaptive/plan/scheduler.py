@@ -127,10 +127,15 @@ class TaskState:
     deadline: float = math.inf  # runtime time by which it must be placed, or it is dropped
     error: Optional[str] = None  # why the policy failed on it (a decision returned with node None)
     demand: Demand = ()  # the Ray resources it asks for: only nodes that fit them are candidates (plan.fit)
+    preemptible: bool = False  # submitted .options(preemptible=True): a policy's Preempt may stop it
+    run: int = 0  # its runs stopped by a preemption so far (the number of its current or next run)
 
     def export(self) -> dict:
-        return {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin,
-                "deadline": None if self.deadline == math.inf else self.deadline, "demand": dict(self.demand)}
+        out = {"id": self.id, "arrival": self.arrival, "fields": dict(self.fields), "origin": self.origin,
+               "deadline": None if self.deadline == math.inf else self.deadline, "demand": dict(self.demand)}
+        if self.preemptible:
+            out.update(preemptible=True, run=self.run)
+        return out
 
 
 class Scheduler:
@@ -409,6 +414,37 @@ class Scheduler:
                 node.own += 1
                 if dispatch_hooks and self._on_dispatch is not None:
                     self._hook_outside_decision(self._on_dispatch, t, node, now)
+
+    # ------------------------------------------------------- preemption (issue 39; see runtime.preemption)
+    def vacate(self, task_id: str, now: float) -> Optional[TaskState]:
+        """A running task was stopped by a preemption: free its room, run OnPreempt (OnFinish without one)
+        and queue it again with its arrival -- its place and age -- and no OnArrival; it is owed its
+        result now, so no deadline drops it. None if it does not run here."""
+        task = self.running.pop(task_id, None)
+        if task is None:
+            return None
+        node = self.by_id[task.node]  # type: ignore[index]  # (running: placed)
+        node.own -= 1
+        if self.hooks:
+            hook = self.interp.hook("OnPreempt") or self._on_finish
+            if hook is not None:
+                with self._quiet():
+                    self._hook_outside_decision(hook, task, node, now)
+        task.node, task.run, task.deadline = None, task.run + 1, math.inf
+        self.queue.add(task)
+        return task
+
+    def place(self, task: TaskState, node_id: str, now: float) -> None:
+        """Take a pending task out of the queue and bind it to ``node_id`` (OnDispatch), whatever Score
+        says: the executor a preemption freed for it. If OnDispatch raises, the task goes back to the
+        queue, placed nowhere, and the error goes on."""
+        self.queue.remove(task)
+        with self._quiet():
+            try:
+                self._bind(task, self.by_id[node_id], now)
+            except PolicyRuntimeError:
+                self.queue.add(task)
+                raise
 
     def knows(self, task_id: str) -> bool:
         """Whether the task is pending or running here."""

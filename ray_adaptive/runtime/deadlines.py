@@ -48,7 +48,8 @@ class DeadlineClock:
         heap, out = self._heap, []
         while heap and heap[0][0] < now:
             task = tasks.get(heapq.heappop(heap)[1])
-            if task is not None and task.node is None and task.error is None:
+            # (a preempted task waits again with no deadline: it is owed its result)
+            if task is not None and task.node is None and task.error is None and task.state.deadline < now:
                 out.append(task)
         if len(heap) > 2 * len(tasks) + 1024:
             self._heap = [e for e in heap if e[1] in tasks]

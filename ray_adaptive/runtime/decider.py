@@ -21,12 +21,16 @@ from __future__ import annotations
 from typing import Callable, List, Optional, Protocol, Sequence
 
 from ray_adaptive.plan import TaskState
-from ray_adaptive.runtime.messages import Handover, SyncAnswer
+from ray_adaptive.runtime.messages import Handover, Stop, SyncAnswer
 
 __all__ = ["Decider", "Decided"]
 
 #: Where a decider's own thread hands the tasks it decided (the router launches them).
 Decided = Callable[[List[TaskState]], None]
+
+#: Where a decider's own thread hands the runs a policy's Preempt stops: (task id, run number) each (the
+#: router stops them: see :mod:`ray_adaptive.runtime.preempt`).
+Stopping = Callable[[List[Stop]], None]
 
 
 class Decider(Protocol):
@@ -40,6 +44,7 @@ class Decider(Protocol):
     """
 
     on_decided: Decided
+    on_stop: Stopping
 
     @property
     def remote(self) -> bool:
@@ -62,6 +67,12 @@ class Decider(Protocol):
 
     def finished(self, ids: Sequence[str]) -> List[TaskState]:
         """Tasks of this process left their nodes: their room is free, OnFinish runs where State lives."""
+        ...
+
+    def preempted(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        """The current runs of these tasks were stopped for a preemption: their room is free, OnPreempt
+        (else OnFinish) runs where State lives, and each waits to be decided again -- marked so here
+        (``node`` None, ``run`` its next run's number, no deadline: it is owed its result)."""
         ...
 
     def tick(self) -> List[TaskState]:

@@ -10,12 +10,13 @@ resumes with what it held (see :mod:`ray_adaptive.runtime.switch`).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, List, Optional, Sequence
 
 from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
-from ray_adaptive.runtime.messages import Actor, Handover, SyncAnswer
+from ray_adaptive.runtime.messages import Actor, Handover, Stop, SyncAnswer
 from ray_adaptive.runtime.store import StoreClient, ping
 
 __all__ = ["LocalDecider"]
@@ -39,6 +40,7 @@ class LocalDecider:
         self._m = StoreClient(client, spec, self.sched, store, floor_s=self.SYNC_FLOOR_S, generation=generation)
         self._dirty = False  # finishes the store has not heard of
         self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None  # (decisions come from calls)
+        self.on_stop: Callable[[List[Stop]], None] = lambda stops: None  # (never: a decentralized plan never preempts)
 
     def now(self) -> float:
         return time.time() - self._t0
@@ -55,6 +57,18 @@ class LocalDecider:
     def finished(self, ids: Sequence[str]) -> List[TaskState]:
         self.sched.finish_all(ids, self.now())
         self._dirty = self._dirty or bool(ids)
+        return self.decide()
+
+    def preempted(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        """Runs a selector asked to stop before a live switch made this plan the one in force: each task
+        waits here again (OnPreempt, else OnFinish, where it runs here; a task this scheduler does not
+        know runs OnArrival as a new one)."""
+        now = self.now()
+        for t in tasks:
+            if self.sched.vacate(t.id, now) is None:  # (its record here is this process's: vacate marks it)
+                t.node, t.run, t.deadline = None, t.run + 1, math.inf
+                self.sched.add(t, now)
+        self._dirty = self._dirty or bool(tasks)
         return self.decide()
 
     def _refresh(self) -> None:

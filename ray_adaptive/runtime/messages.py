@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ray_adaptive.plan.scheduler import TaskState
 
-__all__ = ["Actor", "Decision", "Decisions", "Lease", "Recall", "Reply", "Handback", "Handover", "SyncAnswer",
+__all__ = ["Actor", "Decision", "Stop", "Decisions", "Lease", "Recall", "Reply", "Handback", "Handover", "SyncAnswer",
            "new_client_id"]
 
 #: A handle of one of the runtime's actors (store, selector, placement): its methods are called with
@@ -34,13 +34,18 @@ def new_client_id() -> str:
 #: (task id, node id), or (task id, None): dropped at its deadline, never placed.
 Decision = Tuple[str, Optional[str]]
 
+#: (task id, run number): a run a policy's Preempt stops (asked of its process), or one stopped (its answer)
+Stop = Tuple[str, int]
+
 
 @dataclass
 class Decisions:
-    """The selector's answer to a client's exchange: decisions made for that client's tasks."""
+    """The selector's answer to a client's exchange: decisions made for that client's tasks, and the runs
+    of its tasks a preemption stops (``stop``: see :mod:`ray_adaptive.runtime.selector_preempt`)."""
 
     decisions: List[Decision]
     incarnation: str
+    stop: List[Stop] = field(default_factory=list)
 
     def placed(self) -> List[Decision]:
         return [(t, n) for t, n in self.decisions if n is not None]

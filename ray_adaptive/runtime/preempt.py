@@ -124,10 +124,14 @@ class PreemptibleRuns:
         with self._lock:
             return self._current[task_id]
 
-    def preempt(self, task_id: str) -> int:
-        """Stop the current run of ``task_id`` (marked at the resolver first); return its number. A run
-        that has already finished is not stopped: :meth:`outcome` says *finished*."""
-        run, ref = self.current(task_id)
+    def preempt(self, task_id: str) -> Optional[int]:
+        """Stop the current run of ``task_id`` (marked at the resolver first); return its number -- None if
+        the task is not in progress here (its end was told already). A run that has already finished
+        is not stopped: :meth:`outcome` says *finished*."""
+        with self._lock:
+            if task_id not in self._current:
+                return None
+            run, ref = self._current[task_id]
         ray.get(self._resolver.preempting.remote(task_id, run))  # (before the cancel can end the run)
         with self._lock:
             self._stopping[task_id] = run
@@ -155,6 +159,13 @@ class PreemptibleRuns:
                 self._current.pop(task_id, None)
                 self._stopping.pop(task_id, None)
         return verdict
+
+    def forget(self, task_id: str) -> None:
+        """The current run of ``task_id`` ended and no stop was asked for it (its caller's ref has the
+        answer): nothing more to track."""
+        with self._lock:
+            self._current.pop(task_id, None)
+            self._stopping.pop(task_id, None)
 
     def relaunch(self, task_id: str, launch: Callable[[], ray.ObjectRef]) -> int:
         """Launch the next run of a preempted task; return its number."""

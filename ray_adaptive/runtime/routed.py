@@ -37,8 +37,10 @@ class RoutedTask:
     dispatched_at: float = 0.0
     launched: bool = False  # False if Ray refused the submission
     expired: bool = False  # dropped at its deadline while undecided: still in the scheduler's queue
-    ref: Any = None  # its ObjectRef, once launched
+    ref: Any = None  # its ObjectRef, once launched (a preemptible task's: its resolver's, see runtime.preempt)
     error: Optional[BaseException] = None  # why it never will be (dropped, refused, cancelled)
+    run_ref: Any = None  # a preemptible task's current run's ObjectRef (what the harvest watches)
+    stopping: bool = False  # a preemption asked to stop its current run
 
     @property
     def settled(self) -> bool:
@@ -73,6 +75,7 @@ class RouterStats:
     finished: int = 0
     dropped: int = 0  # not placed by their deadline: never launched
     failed: int = 0  # the policy failed on them (a hook or Score raised: PolicyRuntimeError): never launched
+    preempted: int = 0  # runs stopped for a preemption (their tasks waited again)
     harvests: int = 0  # looks for finished tasks (a ray.wait each)
     scans: int = 0  # of them, over every task in flight (the others: over the windows)
     watched: int = 0  # refs those looks were given, in all

@@ -93,7 +93,7 @@ class Router:
         self.gate = SwitchGate(self.deadlines, self.membership)
         self.book = TaskBook(policy.name, self.client, self._cond, topology.decider(self.client), topology.generation,
                              self.harvester, self.gate, self.deadlines, self.stats, monitor)
-        self.decider.on_decided = self.book.launch
+        self.decider.on_decided, self.decider.on_stop = self.book.launch, self.book.stop
         autoinit.hold()  # (released once closed: see _released)
         self._released = False
         self._dispatcher = Dispatcher(self, self.harvester, monitor, f"ra-router-{policy.name}",
@@ -115,24 +115,26 @@ class Router:
 
     # ---------------------------------------------------------------- submit
     def submit(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None,
-               demand: Demand = ()) -> Future:
+               demand: Demand = (), preemptible: bool = False) -> Future:
         """Queue a task: a Future of its ObjectRef once launched; or of a
         :class:`~ray_adaptive.errors.PlacementDeadlineExceeded` when not placed within ``deadline_s``
         (see :mod:`ray_adaptive.runtime.deadlines`). ``shape``: equal for tasks Ray queues alike (see
         :mod:`ray_adaptive.runtime.harvest`). ``demand``: the task's Ray resources (see
         :mod:`ray_adaptive.plan.fit`): only nodes that have them are candidates, and a task no node has
-        them for, nor any node the autoscaler may add, is refused (:class:`~ray_adaptive.InfeasibleTaskError`)."""
+        them for, nor any node the autoscaler may add, is refused (:class:`~ray_adaptive.InfeasibleTaskError`).
+        ``preemptible``: a policy's Preempt may stop its runs; the ObjectRef is then its resolver's, which
+        resolves to the final run's result (see :mod:`ray_adaptive.runtime.preempt`)."""
         future: Future = Future()
-        self._enqueue(fields, launch, deadline_s, future, shape, demand)
+        self._enqueue(fields, launch, deadline_s, future, shape, demand, preemptible)
         return future
 
     def call(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None,
-             demand: Demand = ()) -> Any:
+             demand: Demand = (), preemptible: bool = False) -> Any:
         """:meth:`submit`, then wait for the ObjectRef (``.remote()``). A decision made in this
         thread returns the ref at once, with no Future; waiting for a local decision, the caller
         harvests completions itself."""
         remote = self.decider.remote
-        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape, demand)
+        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape, demand, preemptible)
         if task.settled:
             return task.result()
         if task.future is not None and remote:  # decided by the selector: just wait
@@ -153,7 +155,7 @@ class Router:
         return task.result()
 
     def _enqueue(self, fields: dict, launch: Launch, deadline_s: float, future: Optional[Future],
-                 shape: Any = None, demand: Demand = ()) -> RoutedTask:
+                 shape: Any = None, demand: Demand = (), preemptible: bool = False) -> RoutedTask:
         if demand and (self.topology.generation, demand) not in self._fitting:
             self._check_fits(demand)
         if time.monotonic() - self.harvester.harvested_at > self.fresh_s:
@@ -172,7 +174,8 @@ class Router:
                 raise RuntimeError(f"the dispatcher of policy {self.policy.name!r} failed ({self._failed!r}); "
                                    f"restart the policy") from self._failed
             now = book.decider.now()
-            state = TaskState(book.new_id(), now, fields, deadline=now + deadline_s, demand=demand)
+            state = TaskState(book.new_id(), now, fields, deadline=now + deadline_s, demand=demand,
+                              preemptible=preemptible)
             task = RoutedTask(state, launch, shape, future)
             if future is not None:
                 future.task_id = state.id  # type: ignore[attr-defined]  # (what PolicyRuntime.why_pending asks)
@@ -228,12 +231,32 @@ class Router:
         finished = self.harvester.collect(block)
         if not finished:
             return False
+        finished, stopped = self.book.sort_stopped(finished)
+        if stopped:
+            self._preempted(stopped)
         with self._cond:
             now = self.now()
             chosen = self.book.harvested(finished, now)
         self.book.recorded(finished, now)
         self.book.launch(chosen)
         return True
+
+    def _preempted(self, stopped: List[RoutedTask]) -> None:
+        """Runs stopped for a preemption: their tasks wait to be decided again (see
+        :meth:`~ray_adaptive.runtime.decider.Decider.preempted`). While a live switch is under way they
+        wait at the gate with the finishes: the next plan's decider takes each as running, then stopped."""
+        chosen: List[TaskState] = []
+        with self._cond:
+            if self.gate.frozen:
+                self.gate.held_stopped += stopped
+                return
+            states = self.book.requeue(stopped)
+            decider = self.decider
+            if not decider.thread_safe:
+                chosen = decider.preempted(states)
+        if decider.thread_safe:
+            chosen = decider.preempted(states)
+        self.book.launch(chosen)
 
     # ------------------------------------------------- the dispatcher's clock (see runtime.dispatcher)
     def waiting_unwatched(self) -> bool:
@@ -345,15 +368,18 @@ class Router:
         """Take up the plan a live switch put in force (``seen``: the store's State and loads as of the
         publish; ``decider``: the topology's, made ahead); see :meth:`SwitchGate.hand_over`."""
         new = decider or topology.decider(self.client)
-        new.on_decided = self.book.launch
+        new.on_decided, new.on_stop = self.book.launch, self.book.stop
         with self._cond:
             old = self.decider
             chosen = self.gate.hand_over(old, new, self.book.live(), topology.rebuild, seen)
             self.book.decider, self.book.generation = new, topology.generation
             self.topology, self.fresh_s = topology, self._freshness(topology)
+            stopped, self.gate.held_stopped = self.gate.held_stopped, []
             self._cond.notify_all()
         self.book.launch(chosen)
         old.close(switching=True)
+        if stopped:  # (runs stopped during the switch: the new decider took them as running; now they stop)
+            self._preempted(stopped)
 
     def wait_generation(self, generation: int, timeout_s: float = 60.0) -> None:
         """Block until this router has taken up ``generation`` of the plan (a live switch it follows)."""
@@ -468,6 +494,7 @@ class Router:
             self._release()
             return len(left)
         self.decider.close()
+        self.book.close_runs()
         try:
             self.topology.store.leave.remote(self.client)
         except Exception:

@@ -50,8 +50,9 @@ from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.runtime.lease import LeaseDesk
-from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Lease, Recall, Reply
+from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Lease, Recall, Reply, Stop
 from ray_adaptive.runtime.placement import Forwarder
+from ray_adaptive.runtime.selector_preempt import SelectorPreemption
 
 __all__ = ["Selector"]
 
@@ -59,6 +60,10 @@ __all__ = ["Selector"]
 class Selector:
     """The selector: the global pending queue, exact State, decisions for every submitting process (see
     the module doc for its protocol)."""
+
+    # a policy with Preempt, centralized: its victims and their clock (made at the first decision: see
+    # _preemption), and the thread that asks for the stops at the end of each grace
+    _pre: Optional[SelectorPreemption] = None
 
     def __init__(self, spec: Optional[RoleSpec] = None, nodes: Sequence[NodeState] = (),
                  placements: Sequence[Tuple[str, str]] = (), t0: float = 0.0, wait_s: float = 0.05,
@@ -159,8 +164,11 @@ class Selector:
             self._cond.notify_all()
 
     def _release(self, ids: Sequence[str], now: float) -> None:
+        pre = self._pre
         for tid in ids:
             self._desk.finished(tid)
+            if pre is not None:
+                pre.finished(tid)
             if self._s.finish(tid, now) is not None and self._fwd is not None:
                 self._fwd.finished(tid)
 
@@ -219,16 +227,20 @@ class Selector:
                 t.origin = client
                 self._s.add(t, now, arrived=t.id in arrived)
             self._waiting[client] = self._waiting.get(client, 0) + len(tasks)
+            pre = self._preemption()
+            if pre is not None and tasks:
+                pre.arrived()
             self._decide(now)
             deadline = time.monotonic() + self._wait_s
-            while not self._mail.get(client) and self._waiting.get(client) and not self._closed:
+            while (not self._mail.get(client) and self._waiting.get(client) and not self._closed
+                   and not (pre is not None and pre.mail.get(client))):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
             out = self._mail.pop(client, [])
             self._waiting[client] -= len(out)
-            return Decisions(out, self.incarnation)
+            return Decisions(out, self.incarnation, pre.take_stops(client) if pre is not None else [])
 
     # ---------------------------------------------------------------- leases (see runtime.lease)
     def _may_lease(self, client: str) -> bool:
@@ -281,6 +293,11 @@ class Selector:
         if self._desk.holder is not None or self._frozen:  # (the holder's running tasks are not counted here until
             return                                     # it hands them back; frozen: its State is being handed over)
         chosen = self._s.decide(now)
+        pre = self._pre
+        if pre is not None:  # (the runs placed start now; tasks left waiting may choose victims)
+            pre.dispatched([t for t in chosen if t.node is not None], now)
+            if pre.consider(now):
+                self._cond.notify_all()  # (the clock thread: a grace to time)
         if not chosen:
             return
         for t in chosen:
@@ -293,6 +310,66 @@ class Selector:
             else:
                 self._mail_to(t.origin, t.id, t.node, now)
         self._cond.notify_all()
+
+    # ---------------------------------------------------------- preemption (see runtime.selector_preempt)
+    def _preemption(self) -> Optional[SelectorPreemption]:
+        """This selector's preemption, made the first time it is asked for (and its clock thread started),
+        if its policy has Preempt and it decides the nodes itself (centralized; a hybrid's selector
+        does not know where its tasks run, and never preempts)."""
+        if self._pre is None and self._fwd is None and self._s.interp.policy.preempt is not None and self._s.hooks:
+            self._pre = SelectorPreemption(self._s)
+            threading.Thread(target=self._preemption_clock, name="ra-selector-preempt", daemon=True).start()
+        return self._pre
+
+    def _preemption_clock(self) -> None:
+        """Ask for the stops at the end of each grace, and make the pass of every whole second while tasks
+        wait (a condition on the clock, ``task.waited >= 5``, takes effect within one)."""
+        pre = self._pre
+        assert pre is not None
+        with self._cond:
+            while not self._closed:
+                now = self._now()
+                due = pre.next_due()
+                if self._frozen or due > now:  # (frozen: a switch takes the State; its successor chooses again)
+                    self._cond.wait(0.1 if self._frozen else min(due - now, 1.0))
+                    continue
+                asked = pre.ask(now)
+                self._decide(now)
+                if asked:
+                    self._cond.notify_all()  # (the long polls of the victims' processes carry the stops)
+
+    def preempted(self, stops: Sequence[Stop]) -> None:
+        """A process stopped these runs, asked to (see :meth:`SelectorPreemption.stopped`): each victim
+        waits again, OnPreempt run once, and the task that chose it takes its place. A run a process
+        stopped that this selector did not ask for (a restart, a live switch in between) waits again
+        all the same: it must run again whoever asked."""
+        with self._cond:
+            now = self._now()
+            pre = self._preemption()
+            for tid, run in stops:
+                got: Optional[Tuple[TaskState, Optional[TaskState]]] = None
+                victim = self._s.running.get(tid)
+                if pre is not None:
+                    got = pre.stopped(tid, run, now)
+                elif victim is None or victim.run != run:
+                    continue
+                elif self._fwd is None:  # (a policy without Preempt now: the task only waits again)
+                    self._s.vacate(tid, now)
+                    got = (victim, None)
+                else:  # the hybrid's pool: a finish, and the task queued again (OnArrival again)
+                    self._release([tid], now)
+                    victim.node, victim.run, victim.deadline = None, run + 1, float("inf")
+                    self._s.add(victim, now)
+                    got = (victim, None)
+                if got is None:
+                    continue
+                victim, placed = got
+                self._waiting[victim.origin] = self._waiting.get(victim.origin, 0) + 1  # (its decision comes again)
+                if placed is not None:
+                    self.decisions += 1
+                    self._mail_to(placed.origin, placed.id, placed.node, now)
+            self._decide(now)
+            self._cond.notify_all()
 
     # ---------------------------------------------------------- live switches
     def install(self, state: Optional[dict]) -> str:
@@ -371,7 +448,8 @@ class Selector:
         with self._cond:
             return {"decisions": self.decisions, "pending": self._s.pending, "leases": self._desk.granted,
                     "live_placements": len(self._fwd.live) if self._fwd is not None else 0, "holder": self._desk.holder,
-                    "loads": {n: k for n, k in self._fwd.loads.items() if k} if self._fwd is not None else {}}
+                    "loads": {n: k for n, k in self._fwd.loads.items() if k} if self._fwd is not None else {},
+                    **(self._pre.stats() if self._pre is not None else {})}
 
     def decision_latencies(self) -> List[float]:
         with self._cond:

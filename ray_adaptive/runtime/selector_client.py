@@ -24,7 +24,9 @@ process next submits -- until then, their room would be free there.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import threading
 import time
 from collections import deque
@@ -33,10 +35,10 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 import ray
 
 from ray_adaptive.plan import NodeState, RoleSpec, TaskState
-from ray_adaptive.runtime.decider import Decided
+from ray_adaptive.runtime.decider import Decided, Stopping
 from ray_adaptive.runtime.lease import HeldLease
 from ray_adaptive.runtime import background
-from ray_adaptive.runtime.messages import Decisions, Handback, Handover, Lease, Recall, Reply, SyncAnswer
+from ray_adaptive.runtime.messages import Decisions, Handback, Handover, Lease, Recall, Reply, Stop, SyncAnswer
 from ray_adaptive.runtime.store import ping
 
 __all__ = ["SelectorClient"]
@@ -47,6 +49,7 @@ class SelectorClient:
 
     thread_safe = True  # locks itself (its client thread shares it)
     IDLE_CHECK_S = 0.25
+    IDLE_CHECK_PREEMPTIBLE_S = 0.05  # ... while a preemptible task runs: a stop comes in an answer (see on_stop)
     _FINISHING_KEPT = 64
 
     def __init__(self, client: str, selector: Any, lease_spec: Optional[RoleSpec], nodes: Sequence[NodeState], t0: float,
@@ -70,12 +73,14 @@ class SelectorClient:
         self._lease: Optional[HeldLease] = None  # the selector's scheduler, while this process holds its lease
         self._lease_latencies: Deque[float] = deque(maxlen=100_000)  # its decisions' latencies, over every lease
         self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
+        self._held_stops: List[Stop] = []  # ... and runs stopped for a preemption (see preempted)
         self._finishing: List[Any] = []  # refs of the finish notifications the selector may not have applied yet
         self._handover: Optional[Handback] = None  # a live switch's: running tasks for the selector of the new plan
         self._freezing = False  # a live switch: stop talking to the selector (see freeze)
         self._parked = False  # the client thread has stopped, no call in flight
         self._closed = False
         self.on_decided: Decided = lambda tasks: None
+        self.on_stop: Stopping = lambda stops: None  # runs a policy's Preempt stops (the selector asks in an answer)
         self.exchanges = itertools.count()
         self.leases = 0
         self._thread = threading.Thread(target=self._run, name="ra-selector-client", daemon=True)
@@ -134,8 +139,8 @@ class SelectorClient:
                            or self._handover or self._freezing) and not self._closed:
                     if not self._running:
                         self._cond.wait()
-                    elif not self._cond.wait(self.IDLE_CHECK_S):
-                        break  # idle with tasks running: is the selector the one that knows them?
+                    elif not self._cond.wait(self._idle_check_s()):
+                        break  # idle with tasks running: is the selector the one that knows them? a stop for one?
                 if self._closed:
                     return
                 if self._freezing and self._lease is None:
@@ -196,6 +201,37 @@ class SelectorClient:
                     self._notify_finished(stray)
             if decided:
                 self.on_decided(decided)
+            if isinstance(reply, Decisions) and reply.stop:
+                self.on_stop(reply.stop)
+
+    def _idle_check_s(self) -> float:
+        """How often an idle client with tasks running asks the selector (under its lock)."""
+        return self.IDLE_CHECK_PREEMPTIBLE_S if any(t.preemptible for t in self._running.values()) else self.IDLE_CHECK_S
+
+    def preempted(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+        """Runs of these tasks were stopped as the selector asked: each waits at the selector again, and
+        its next decision comes as any decision does. (Its own call, as finishes are: the room it frees
+        may be what a long poll waits for; held, as they are, while a handback is on its way.)"""
+        if not tasks:
+            return []
+        with self._cond:
+            stops = []
+            for t in tasks:
+                stops.append((t.id, t.run))
+                t.node, t.run, t.deadline = None, t.run + 1, math.inf  # (owed its result: no deadline)
+                self._running.pop(t.id, None)
+                self._sent[t.id] = t  # (its decision comes again: a long poll waits for it)
+            self._cond.notify()
+            if self._held_finishes is not None:
+                self._held_stops += stops
+                return []
+        self._notify_preempted(stops)
+        return []
+
+    def _notify_preempted(self, stops: List[Stop]) -> None:
+        ref = self._selector.preempted.remote(stops)
+        with self._cond:  # (kept until done, as finishes are: a live switch waits for them)
+            self._finishing.append(ref)
 
     def _take_lease(self, lease: Lease) -> List[TaskState]:
         """Become the selector: its State, this process's tasks back, decided here from now on."""
@@ -233,8 +269,11 @@ class SelectorClient:
     def _release_held_finishes(self) -> None:
         with self._cond:
             held, self._held_finishes = self._held_finishes, None
+            stops, self._held_stops = self._held_stops, []
         if held:
             self._notify_finished(held)
+        if stops:
+            self._notify_preempted(stops)
 
     # -- live switches --------------------------------------------------------
     def freeze(self, timeout_s: float = 30.0) -> Handover:
@@ -262,7 +301,8 @@ class SelectorClient:
             self._running = {t.id: t for t in running}
             for t in (*arrived, *new):
                 self._sent[t.id] = t
-            self._handover = Handback(list(running), sorted(self._dead), rebuild=rebuild,
+            # (copies: a run stopped meanwhile marks its task waiting, and this is sent as it was)
+            self._handover = Handback([dataclasses.replace(t) for t in running], sorted(self._dead), rebuild=rebuild,
                                       arrived=[] if rebuild else [t.id for t in arrived])
             self._held_finishes = []  # finishes must not overtake the handover
             self._cond.notify()

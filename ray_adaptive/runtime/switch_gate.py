@@ -32,6 +32,7 @@ class SwitchGate:
         self.frozen = False
         self.held: List[TaskState] = []  # submitted while frozen
         self.held_finished: List[TaskState] = []  # finished while frozen
+        self.held_stopped: List[RoutedTask] = []  # runs stopped for a preemption while frozen (still placed)
         self.handover: Optional[Handover] = None  # what the frozen decider handed over
         self.pauses: Deque[Tuple[int, float]] = deque(maxlen=1000)  # (generation, seconds without a decision)
         # ... and where each went: (generation, idle before the freeze, frozen, resumed to first decision)

@@ -17,7 +17,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ray_adaptive.errors import PlacementDeadlineExceeded, PolicyRuntimeError
 from ray_adaptive.monitor import Monitor
@@ -25,6 +25,8 @@ from ray_adaptive.plan import TaskState
 from ray_adaptive.runtime.deadlines import DeadlineClock
 from ray_adaptive.runtime.decider import Decider
 from ray_adaptive.runtime.harvest import Harvester
+from ray_adaptive.runtime.messages import Stop
+from ray_adaptive.runtime.preempt import PREEMPTED, PreemptibleRuns
 from ray_adaptive.runtime.routed import LONG_LIVED, RoutedTask, RouterStats
 from ray_adaptive.runtime.switch_gate import SwitchGate
 from ray_adaptive.workload.specs import TaskSpec
@@ -49,6 +51,7 @@ class TaskBook:
         self.tasks: Dict[str, RoutedTask] = {}
         self.per_node: Dict[str, int] = {}  # launched, not finished
         self.waiters = 0  # callers waiting in Router.call: woken when a task settles
+        self.runs: Optional[PreemptibleRuns] = None  # this process's preemptible tasks' runs (made for the first)
 
     def new_id(self) -> str:
         """A task id unique in the cluster: this process's client id and a sequence number."""
@@ -97,7 +100,10 @@ class TaskBook:
         launched = []
         for task in claimed:
             try:
-                launched.append((task, task.launch(task.node)))  # type: ignore[arg-type]  # (claimed: placed)
+                if task.state.preemptible:
+                    launched.append((task, self._launch_run(task)))
+                else:
+                    launched.append((task, task.launch(task.node)))  # type: ignore[arg-type]  # (claimed: placed)
             except BaseException as err:  # a bad argument or option: the caller gets the error
                 with self._lock:
                     self.tasks.pop(task.state.id, None)
@@ -107,7 +113,11 @@ class TaskBook:
             with self._lock:
                 per_node, add = self.per_node, self._harvester.add
                 for task, ref in launched:
-                    task.launched, task.ref = True, ref
+                    task.launched = True
+                    if task.state.preemptible:  # (its caller's ref is its resolver's, set by _launch_run)
+                        task.run_ref = ref
+                    else:
+                        task.ref = ref
                     node: str = task.node  # type: ignore[assignment]  # (claimed: placed)
                     per_node[node] = per_node.get(node, 0) + 1
                     add(task, ref)
@@ -122,14 +132,84 @@ class TaskBook:
                 if long:  # (actors: recorded while they live, not only at their end)
                     self._monitor.started(self.decider.now(), long)
             for task, ref in launched:
-                if task.future is not None:
-                    task.future.set_result(ref)
+                if task.future is not None and not task.future.done():  # (a preempted task's next run: set)
+                    task.future.set_result(task.ref)
         if gone:
             self.tell(gone)
             placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
             with self._lock:  # their room goes back, as a finish would give it
                 chosen = self.finished(placed)
             self.launch(chosen)
+
+    # -- preemptible tasks (issue 39: see runtime.preempt and runtime.selector_preempt) ---------------
+    def _launch_run(self, task: RoutedTask) -> Any:
+        """Launch the next run of a preemptible task; return its ref. Its caller's ref (``task.ref``) is
+        the resolver's, made with the first run. (Outside the lock.)"""
+        with self._lock:
+            if self.runs is None:
+                self.runs = PreemptibleRuns()
+            runs = self.runs
+        node: str = task.node  # type: ignore[assignment]  # (claimed: placed)
+        launch = lambda: task.launch(node)  # noqa: E731
+        if task.state.run == 0:
+            task.ref = runs.submit(task.state.id, launch)
+        else:
+            runs.relaunch(task.state.id, launch)
+        return runs.current(task.state.id)[1]
+
+    def stop(self, stops: List[Stop]) -> None:
+        """Stop these runs, as the policy's scheduler asked (the lock not held): a run that is no longer
+        current -- finished, or stopped already -- is left alone (the answer its end gave stands)."""
+        todo = []
+        with self._lock:
+            for tid, run in stops:
+                task = self.tasks.get(tid)
+                if (task is not None and task.launched and not task.stopping and task.state.preemptible
+                        and task.state.run == run and task.error is None):
+                    task.stopping = True
+                    todo.append(tid)
+        for tid in todo:
+            self.runs.preempt(tid)  # type: ignore[union-attr]  # (a preemptible task was launched: made)
+
+    def sort_stopped(self, finished: List[RoutedTask]) -> Tuple[List[RoutedTask], List[RoutedTask]]:
+        """Of harvested tasks, those that finished (or failed on their own) and those whose run this
+        process stopped for a preemption (the lock not held: a stopped run's end is read from Ray). A
+        run asked to stop that finished first is a finish: the cancel lost the race."""
+        runs = self.runs
+        if runs is None:
+            return finished, []
+        done, stopped = [], []
+        for task in finished:
+            if not task.state.preemptible:
+                done.append(task)
+            elif task.stopping and runs.outcome(task.state.id, timeout=0) == PREEMPTED:
+                stopped.append(task)
+            else:
+                runs.forget(task.state.id)
+                done.append(task)
+        return done, stopped
+
+    def requeue(self, stopped: List[RoutedTask]) -> List[TaskState]:
+        """Stopped runs: their tasks are off their nodes and wait to be decided again (the lock held).
+        Returns their states, for the decider (:meth:`~ray_adaptive.runtime.decider.Decider.preempted`
+        marks each waiting, its next run, no deadline)."""
+        for task in stopped:
+            self.per_node[task.node] -= 1  # type: ignore[index]  # (launched: placed)
+            task.node, task.launched, task.stopping, task.run_ref = None, False, False, None
+        if stopped:
+            self._stats.preempted += len(stopped)
+        return [t.state for t in stopped]
+
+    def close_runs(self) -> None:
+        """The router closed: its preemptible tasks' resolver goes (a caller still waiting on one gets an
+        actor-died error; the answers given stay)."""
+        with self._lock:
+            runs, self.runs = self.runs, None
+        if runs is not None:
+            try:
+                runs.close()
+            except Exception:
+                pass  # (Ray is gone: the resolver went with it)
 
     def finished(self, ids: List[str], tasks: Sequence[RoutedTask] = ()) -> List[TaskState]:
         """Tell the decider these tasks left their nodes; frozen, the gate keeps them for the next one."""
