@@ -301,32 +301,41 @@ class Creator:
         os._exit(1)
 
 
-def test_a_crashed_submitting_process_takes_its_actors_share_out_of_the_state_once(ray_cluster):
+@pytest.mark.parametrize("plan", ["centralized", "decentralized"])
+def test_a_crashed_submitting_process_takes_its_actors_share_out_of_the_state_once(ray_cluster, plan):
     """A Ray actor that created policy actors crashes: its actors die with it, and the owner's job watch
     evicts the dead process (its worker marked dead): the State is rebuilt without their share -- their
-    OnFinish, once -- and the audit finds it exact; the driver's own actor keeps its place."""
-    rt = _start("centralized")
+    OnFinish, once -- and the audit finds it exact; the bindings it left are removed; the driver's own actor
+    keeps its place."""
+    rt = _start(plan)
+
+    def held():  # the State in force: the selector's, or the replicas' merged at the store
+        s = _state(rt) if plan == "centralized" else ray.get(rt.topology.store.state.remote(), timeout=10)
+        return {n: k for n, k in s["held"].items() if k}
+
     handles: list = []
     creator = Creator.remote()
     try:
         made = ray.get(creator.create.remote(3), timeout=60)
         handles.append(ra.policy(NAME)(Replica).options(task={}).remote())
         mine = ray.get(handles[0].node.remote(), timeout=60)
-        assert len(set(made + [mine])) == 4  # least-loaded: one per node
-        wait_for(lambda: _held(rt), until=lambda h: sum(h.values()) == 4, timeout=10)
+        if plan == "centralized":  # (a decentralized replica pushes its changes when tasks wait or finish)
+            assert len(set(made + [mine])) == 4  # least-loaded: one per node
+            wait_for(held, until=lambda h: sum(h.values()) == 4, timeout=10)
         creator.crash.remote()
-        wait_for(lambda: _held(rt), until=lambda h: h == {mine: 1}, timeout=30,
-                 message=lambda: f"the crashed process's actors out of the State: {_state(rt)}, {rt.history[-2:]}")
-        assert any("died, the job lives on" in h.get("reason", "") for h in rt.history), rt.history
+        wait_for(lambda: [h for h in rt.history if "died, the job lives on" in h.get("reason", "")], timeout=30,
+                 message=lambda: f"the crashed process evicted: {rt.history[-2:]}")
+        wait_for(held, until=lambda h: h == {mine: 1}, timeout=10,
+                 message=lambda: f"the crashed process's actors out of the State: {held()}")
         time.sleep(1.0)  # (nothing more comes: no second OnFinish)
-        assert _held(rt) == {mine: 1}
+        assert held() == {mine: 1}
         report = rt.audit()
         assert report.exact, report
         # the bindings it left are removed by the eviction (its own thread went with it)
         wait_for(lambda: [r for rs in resources.created_resources().values() for r in rs if "-actor-" in r],
                  until=lambda left: len(left) == 1, timeout=10, message="the crashed process's bindings removed")
         ray.kill(handles[0])
-        wait_for(lambda: _held(rt), until=lambda h: not h, timeout=20, message="the driver's actor's OnFinish")
+        wait_for(held, until=lambda h: not h, timeout=20, message="the driver's actor's OnFinish")
         # (no audit now: the policy's finishes counter is not implied by the tasks in flight once one ended)
     finally:
         ray.kill(creator)
