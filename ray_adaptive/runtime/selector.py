@@ -222,7 +222,8 @@ class Selector:
             elif handback is None and self._may_lease(client):  # (one giving a lease back is leaving or recalled)
                 return self._grant(client, tasks)
             tasks = [t for t in tasks if not self._s.knows(t.id)]  # (sent again after a restart)
-            arrived = set(handback.arrived) if handback is not None else ()
+            # (a restarted selector had no OnArrival of any: see _take_back)
+            arrived = set(handback.arrived) if handback is not None and not self._restarted else ()
             for t in tasks:
                 t.origin = client
                 self._s.add(t, now, arrived=t.id in arrived)
@@ -264,8 +265,11 @@ class Selector:
         incarnation, whose OnDispatch rebuilds their share of State. A rebuild that comes while
         a lease is out waits for it to end: the State the holder hands back replaces this one,
         and would drop their share. A lease whose State is not applied -- taken back from a
-        silent holder, or granted by an incarnation that died -- comes back as a rebuild too."""
-        rebuild = handback.rebuild
+        silent holder, or granted by an incarnation that died -- comes back as a rebuild too; and
+        so does a live switch's handover that reaches a restarted selector: the State the switch
+        installed, which held those tasks' OnDispatch, died with the incarnation it was installed
+        in (a restarted selector's State is only ever rebuilt from the tasks)."""
+        rebuild = handback.rebuild or (self._restarted and handback.state is None)
         lease_back = handback.state is not None and self._desk.holder == client
         if lease_back and handback.state is not None and handback.granted_by in (None, self.incarnation):
             self._s.interp.state.update(handback.state)

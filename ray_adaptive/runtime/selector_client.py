@@ -150,17 +150,20 @@ class SelectorClient:
                 for t in out:
                     self._sent[t.id] = t
                 rebuild = None
-                if self._handover is not None and not leased:  # a live switch: what this process holds
+                handover = self._handover is not None and not leased
+                if handover:  # a live switch: what this process holds
                     out, rebuild, self._handover = list(self._sent.values()), self._handover, None
                 elif self._resync and not leased:  # the selector restarted: all it lost of ours, again
                     out = list(self._sent.values())
                     rebuild = Handback(list(self._running.values()), sorted(self._dead), rebuild=True)
                     self._held_finishes = []  # finishes must not overtake the handback
             try:
+                answered = False
                 try:
                     reply = background.get(self._selector.exchange.remote(self.client, out, rebuild))
+                    answered = True
                 finally:
-                    if rebuild is not None:
+                    if rebuild is not None and (answered or not handover):  # (a handover sent again: they wait)
                         self._release_held_finishes()
                 next(self.exchanges)
                 # recalled, freezing for a switch -- or no longer the holder at all (the selector gave up
@@ -171,6 +174,7 @@ class SelectorClient:
                 with self._cond:
                     if self._closed:
                         return
+                    self._call_failed(rebuild if handover else None)
                 time.sleep(0.05)
                 continue
             with self._cond:
@@ -232,6 +236,22 @@ class SelectorClient:
         ref = self._selector.preempted.remote(stops)
         with self._cond:  # (kept until done, as finishes are: a live switch waits for them)
             self._finishing.append(ref)
+
+    def _call_failed(self, handover: Optional[Handback]) -> None:
+        """A call to the selector raised: it may have reached no incarnation, or one that died with what it
+        was told. Whatever the call carried is sent again (the selector skips what it knows): a live
+        switch's handover as it was (``handover``; a restarted selector takes it as a rebuild), else
+        everything undecided, with the running tasks as a rebuild handback. The next answer's
+        incarnation cannot be relied on to say so: a client that never had an answer -- the first call
+        after a switch, to a selector killed before answering -- knows no incarnation to compare with.
+        (Under a lease the lease's own hand-back covers it.) The lock is held."""
+        if self._lease is not None:
+            return
+        if handover is not None:  # (the finishes held for it stay held: none may overtake it)
+            if self._handover is None:
+                self._handover = handover
+        else:
+            self._resync = True
 
     def _take_lease(self, lease: Lease) -> List[TaskState]:
         """Become the selector: its State, this process's tasks back, decided here from now on."""
