@@ -76,6 +76,14 @@ class StateStore:
         self._clients: Dict[str, float] = {}  # registered processes -> when last heard from
         self._jobs: Dict[str, Tuple[str, float]] = {}  # registered process -> (its Ray job, when it attached)
         self._workers: Dict[str, str] = {}  # registered process -> its Ray worker id (see join)
+        # processes registered with an incarnation that died and not heard from since (see _registry): the
+        # owner's job watch still sees them, and evicts those whose process died meanwhile
+        self._former: Dict[str, float] = {}
+        for client, (job, attached, worker) in (gcs_kv.get(self._registry_key()) or {}).items():
+            self._former[client] = time.monotonic()
+            self._jobs[client] = (job, attached)
+            if worker:
+                self._workers[client] = worker
         self._bind = dict(bind or {})
         # or "preparing" / "freezing": a switch to generation + 1 shows its config / was announced
         self._phase = "running"
@@ -97,6 +105,18 @@ class StateStore:
     def durable_key(config: dict) -> str:
         return f"{config['plan'].policy.name}/{config['t0']}"
 
+    def _registry_key(self) -> str:
+        return f"{self.durable_key(self._config)}/clients"
+
+    def _registry(self) -> None:
+        """Keep the registered processes in the GCS (holds the lock). A restarted store knows none of them
+        until each registers again, and a process that died first never does: its job's end or its
+        worker's death went unseen by the owner's job watch, which reads the processes here, so it was
+        never evicted, and its tasks' share of State (their OnDispatch) stayed for good (issue 35: a
+        submitter killed while the store restarted)."""
+        gcs_kv.put(self._registry_key(), {c: (*self._jobs.get(c, ("", 0.0)), self._workers.get(c, ""))
+                                          for c in (*self._clients, *self._former)})
+
     def config(self) -> dict:
         return self._config
 
@@ -110,10 +130,13 @@ class StateStore:
         progress ends)."""
         with self._cond:
             self._cond.wait_for(lambda: self._phase == "running", timeout=timeout_s)
+            known = client in self._clients or self._former.pop(client, None) is not None
             self._clients[client] = time.monotonic()
             self._jobs.setdefault(client, (job, time.time()))
             if worker:
                 self._workers[client] = worker
+            if not known:
+                self._registry()
             return self._config
 
     def bound_for(self, job: str) -> Dict[str, Any]:
@@ -121,25 +144,28 @@ class StateStore:
         return tenancy.bound_values(self._bind, job)
 
     def clients(self) -> Dict[str, str]:
-        """Registered process -> its Ray job (what the runtime's owner watches for jobs that end)."""
+        """Registered process -> its Ray job (what the runtime's owner watches for jobs that end); with those
+        registered before this store restarted that have not registered again."""
         with self._cond:
-            return {c: self._jobs.get(c, ("", 0.0))[0] for c in self._clients}
+            return {c: self._jobs.get(c, ("", 0.0))[0] for c in (*self._clients, *self._former)}
 
     def workers(self) -> Dict[str, str]:
         """Registered process -> its Ray worker id, for those that gave one (what the owner watches for
         processes that die while their job lives)."""
         with self._cond:
-            return {c: w for c, w in self._workers.items() if c in self._clients}
+            return {c: w for c, w in self._workers.items() if c in self._clients or c in self._former}
 
     def leave(self, member: str) -> None:
         with self._cond:
             self._outstanding.pop(member, None)
-            self._clients.pop(member, None)
+            known = self._clients.pop(member, None) is not None or self._former.pop(member, None) is not None
             self._jobs.pop(member, None)
             self._workers.pop(member, None)
             self._reports.pop(member, None)
             self._acks.pop(member, None)
             self._requests.pop(member, None)
+            if known:
+                self._registry()
             self._cond.notify_all()
 
     def watch(self, generation: int, phase: str, incarnation: Optional[str], timeout_s: float = 2.0,
@@ -336,6 +362,7 @@ class StateStore:
     def forget_durable(self) -> None:
         """The runtime shuts down: nothing of it should come back."""
         gcs_kv.delete(self.durable_key(self._config))
+        gcs_kv.delete(self._registry_key())
 
     # -- replicas -------------------------------------------------------------
     def sync(self, member: str, delta: Mapping[str, Any], outstanding: Mapping[str, int],
