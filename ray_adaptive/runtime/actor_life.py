@@ -80,24 +80,36 @@ def binding_prefix(policy: str, client: str) -> str:
     return f"ra-{SlotBinding.tag(policy)}-actor-{client}-"
 
 
-def remove_bindings_of(policy: str, clients: Iterable[str]) -> List[str]:
+def remove_bindings_of(policy: str, clients: Iterable[str], wait_s: float = 2.0) -> List[str]:
     """Remove the binding resources the actors of ``clients`` -- submitting processes that died (the owner's
     eviction) -- left on the nodes, where no actor holds them: those actors died with their process (Ray's
-    fate-sharing), and nobody else would remove them. One held (a ``lifetime="detached"`` actor living on)
-    is left to it. Returns the names removed."""
+    fate-sharing), and nobody else would remove them. One still held is looked at again for up to
+    ``wait_s`` (an actor whose death is not through yet), then left to its actor (a ``lifetime="detached"``
+    one living on). Returns the names removed."""
+    import time
+
     prefixes = tuple(binding_prefix(policy, c) for c in clients)
     if not prefixes:
         return []
-    removed = []
-    for node, held in resources.get_cluster_state().items():
-        for name, r in held.items():
-            if name.startswith(prefixes) and r["total"] > 0 and r["available"] >= r["total"]:
+    removed: List[str] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        held_on = 0
+        for node, held in resources.get_cluster_state().items():
+            for name, r in held.items():
+                if not name.startswith(prefixes) or r["total"] <= 0 or name in removed:
+                    continue
+                if r["available"] < r["total"]:
+                    held_on += 1
+                    continue
                 try:
                     resources.set_resource(name, 0, node_spec=node)
                     removed.append(name)
                 except (ResourceError, RayGoneError):
                     pass  # (the node went meanwhile, and its resources with it)
-    return removed
+        if not held_on or time.monotonic() >= deadline:
+            return removed
+        time.sleep(0.2)
 
 
 @dataclass
