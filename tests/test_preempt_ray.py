@@ -101,18 +101,20 @@ OnPreempt(task, node):
 OnFinish(task, node):
   holding -= 1
 """
-LOW_S = 4.0  # the issue's 20-s tasks as a release test: release_tests/preempt_ray.py
 
 
 @ray.remote(num_cpus=1)
-def job(name, seconds, folder):
-    """A task body that tolerates starting more than once: each start leaves a marker; its completion
-    creates its marker with O_EXCL, so a second completed run would fail (the test sees the error)."""
+def job(name, seconds, folder, gate=None):
+    """A task body that tolerates starting more than once: each start leaves a marker; it runs until the
+    file ``gate`` exists (if given), then ``seconds``; its completion creates its marker with O_EXCL, so a
+    second completed run would fail (the test sees the error)."""
     import time
 
     started = time.time()
     with open(os.path.join(folder, f"{name}.started.{os.getpid()}"), "w") as f:
         f.write(repr(started))
+    while gate is not None and not os.path.exists(gate):
+        time.sleep(0.05)
     time.sleep(seconds)
     os.close(os.open(os.path.join(folder, f"{name}.done"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     return f"{name} done", started
@@ -129,14 +131,20 @@ def test_priority_preemptive_stops_a_low_task_for_a_high_one_and_every_low_task_
         slots = sum(n.executors for n in rt.topology.nodes if n.runs_tasks)
         work = ra.policy("h39_preemptive")(job)
         low = work.options(task={"priority": 0}, preemptible=True)
-        refs = {f"low{i}": low.remote(f"low{i}", LOW_S, folder) for i in range(slots)}  # every executor
+        gate = os.path.join(folder, "gate")  # (no low task ends before the high one started: none is spared)
+        refs = {f"low{i}": low.remote(f"low{i}", 1.0, folder, gate) for i in range(slots)}  # every executor
         wait_for(lambda: len(markers(folder, "started")) == slots, timeout=60, message="every low task started")
         submitted = time.time()
-        high = work.options(task={"priority": 10}).remote("high", 0.1, folder)  # (placed once a low one stops)
+        future = work.options(task={"priority": 10}).submit("high", 0.1, folder)  # (placed once a low one stops)
+        why = wait_for(lambda: rt.why_pending(future), until=lambda w: "victim" in w or w["state"] != "pending",
+                       timeout=30, message="why_pending names the victim the high task chose")
+        assert why["state"] == "pending" and "displaces" in why["why"] and why["victim"].startswith(rt.router.client)
+        high = future.result(timeout=60)
         placed = time.time()
         _, high_started = ray.get(high, timeout=60)
         grace = rt.policy.preempt.grace
         assert high_started >= submitted + grace - 0.05, "the victim ran on for its grace"
+        open(gate, "w").close()
         # every low task's ref resolves to its own result -- the stopped one's too, from its final run
         results = ray.get(list(refs.values()), timeout=120)
         assert [r for r, _ in results] == [f"{name} done" for name in refs]

@@ -426,6 +426,9 @@ class Selector:
         stands (see :mod:`ray_adaptive.plan.explain`)."""
         with self._cond:
             out = explain_pending(self._s, task_id, self._now())
+            nominated = self._pre.explain(task_id) if out is not None and self._pre is not None else None
+            if out is not None and nominated is not None:  # (it waits for a victim it chose: see selector_preempt)
+                out = {**out, **nominated, "why": f"{out['why']}; {nominated['preempting']}"}
             if out is not None or self._fwd is None:
                 return out or explain_placed(self._s.records or (), task_id)
             placements = self._fwd.placements()

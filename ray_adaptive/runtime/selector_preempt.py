@@ -263,10 +263,11 @@ class SelectorPreemption:
     # ------------------------------------------------------------------ the clock, and what an operator sees
     def next_due(self) -> float:
         """When the selector's clock thread must act next: a grace's end, a stop to ask again, or the
-        next whole second while tasks wait and a running task may be a victim (inf: none)."""
+        next whole second while tasks wait for no victim and a running task may be one (inf: none)."""
         due = [nom.stop_at if nom.asked_at is None else nom.asked_at + self.RESEND_S for nom in self.by_victim.values()]
         s = self._s
-        if s.pending and any(t.preemptible and t.run < self.max_preemptions for t in s.running.values()):
+        if s.pending > len(self.by_task) and any(t.preemptible and t.run < self.max_preemptions
+                                                 for t in s.running.values()):
             due.append(self._next_pass)
         return min(due, default=math.inf)
 
