@@ -3,8 +3,9 @@
 The part of preemption that is Ray's business, apart from any policy: a task whose runs may be stopped
 and started again, whose caller holds one ``ObjectRef`` that resolves to the result of its *final* run
 -- never to the cancellation of an earlier one. What chooses a victim and when (a policy's Preempt, on
-the selector) and what State does (OnPreempt) are not here, and not wired yet: see docs/language.md,
-*On Ray (not built yet)*; this module is the mechanism that design stands on.
+the selector: :mod:`ray_adaptive.runtime.selector_preempt`) and what State does (OnPreempt) are not
+here; a submitting process's :class:`~ray_adaptive.runtime.task_book.TaskBook` launches its preemptible
+tasks' runs through this module and stops them on the selector's word (docs/language.md, *On Ray*).
 
 * :class:`PreemptibleRuns` (in the submitting process) launches a task's runs, stops the current one
   (:meth:`~PreemptibleRuns.preempt`: ``ray.cancel(force=True)`` -- Ray never retries a cancelled task,
