@@ -189,27 +189,29 @@ def test_a_spare_selector_restarted_before_or_after_its_switch_knows_the_nodes_t
     load = Submitter(tmp_path)
     node = None
     try:
-        wait_for(lambda: len(load.refs) >= 20, timeout=30, message="tasks under way")
-        _wait_spare(rt)
-        spare = ray.get_actor(actor_name("drf_lb", "selector", rt.topology.generation + 1), namespace=NAMESPACE)
-        ray.get(spare.__ray_ready__.remote(), timeout=60)
-        ray.kill(spare, no_restart=False)  # (restarted unconfigured: its switch has not prepared its config yet)
-        node = ray_cluster.cluster.add_node(num_cpus=2)
-        wait_for(lambda: any(node.node_id in n for n in _runs(tmp_path).values()), timeout=30,
-                 message="a task on the node that joined")
-        assert next(h for h in rt.history if "joined" in h["reason"])["from_spare"] == 1
-        selector = _selector(rt)
-        before = ray.get(call_in_actor(selector, lambda s: s.incarnation))
-        ray.kill(selector, no_restart=False)  # (restarted in force: the clients hand their tasks back)
-        after = wait_for(lambda: _try(lambda: ray.get(call_in_actor(selector, lambda s: (s.incarnation, sorted(s._s.by_id))),
-                                                       timeout=5)),
-                         until=lambda got: got is not None and got[0] != before, timeout=60, message="the restart")
-        assert node.node_id in after[1]  # (its node list is the store's config in force, not its arguments)
-        submitted = len(load.refs)
-        wait_for(lambda: len(load.refs) >= submitted + 20, timeout=60, message="tasks after the restart")
-    finally:
-        out = load.stop()
-    try:
+        try:
+            wait_for(lambda: len(load.refs) >= 20, timeout=30, message="tasks under way")
+            _wait_spare(rt)
+            spare = ray.get_actor(actor_name("drf_lb", "selector", rt.topology.generation + 1), namespace=NAMESPACE)
+            ray.kill(spare, no_restart=False)  # (restarted unconfigured: its switch has not prepared its config)
+            node = ray_cluster.cluster.add_node(num_cpus=2)
+            wait_for(lambda: any(node.node_id in n for n in _runs(tmp_path).values()), timeout=30,
+                     message="a task on the node that joined")
+            entry = next(h for h in rt.history if "joined" in h["reason"])
+            assert entry["from_spare"] == 1, entry
+            selector = _selector(rt)
+            before = ray.get(call_in_actor(selector, lambda s: s.incarnation))
+            ray.kill(selector, no_restart=False)  # (restarted in force: the clients hand their tasks back)
+            after = wait_for(lambda: _try(lambda: ray.get(call_in_actor(selector, lambda s: (s.incarnation,
+                                                                                              sorted(s._s.by_id))),
+                                                          timeout=5)),
+                             until=lambda got: got is not None and got[0] != before, timeout=60,
+                             message="the restart")
+            assert node.node_id in after[1]  # (its node list is the store's config in force, not its arguments)
+            submitted = len(load.refs)
+            wait_for(lambda: len(load.refs) >= submitted + 20, timeout=60, message="tasks after the restart")
+        finally:
+            out = load.stop()
         _check_once(out, load.refs, tmp_path)
         wait_for(lambda: all(abs(x) < 1e-9 for v in _drf_alloc(rt).values() for x in v), timeout=20,
                  message=lambda: f"the State back to its start: {_drf_alloc(rt)}")

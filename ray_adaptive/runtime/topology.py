@@ -185,7 +185,7 @@ class Topology:
             if spare.selector is not None:
                 self.selector, spare.selector = spare.selector, None
                 self.from_spare += 1
-                configured.append(self.selector.configure.remote({**self.config(), "handles": None}))
+                _configure(self.selector, {**self.config(), "handles": None})
             else:
                 self.selector = _selector_actor(name, g, self.driver_node, life).remote(
                     specs[Role.SELECTOR], list(nodes),
@@ -268,6 +268,20 @@ def build(plan: LoweredPlan, nodes: Sequence[NodeState], slots: Dict[str, str], 
     wait_ready([store])
     topo.start_actors()
     return topo
+
+
+def _configure(selector: Actor, config: dict, timeout_s: float = 60.0) -> None:
+    """Configure a spare selector, again while it restarts (a spare whose process died comes back
+    unconfigured; Ray answers ActorUnavailableError meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(selector.configure.remote(config), timeout=timeout_s)
+            return
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _placement_actor(policy_name: str, index: int, generation: int, host: str, life: dict):
