@@ -32,20 +32,16 @@ are kept and the held ones trimmed, each shape keeping its share.
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import ray
 
-from ray_adaptive._private import autoinit
 from ray_adaptive.runtime import background
+from ray_adaptive.runtime.background import Periodic
 from ray_adaptive.runtime.messages import Actor
 
 __all__ = ["DemandReporter", "demand_bundles", "shape_counts", "MAX_BUNDLES"]
-
-log = logging.getLogger(__name__)
 
 MAX_BUNDLES = 5000
 
@@ -118,40 +114,19 @@ class DemandReporter:
         self._request = request or _request_resources
         self.sent: Optional[List[Dict[str, float]]] = None  # the request standing from this reporter
         self.calls = 0  # requests sent (clears included)
-        self._stop = threading.Event()
-        autoinit.hold()  # (released when the thread ends)
-        self._thread = threading.Thread(target=self._run, name=f"ra-demand-{name}", daemon=True)
-        self._thread.start()
+        self._thread = Periodic(self.check, f"ra-demand-{name}", self._period,
+                                "telling the autoscaler the policy's backlog", at_end=self._clear)
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        self._thread.stop(timeout)
 
     def _alive(self) -> bool:
-        return not self._stop.is_set() and ray.is_initialized()
+        return self._thread.alive()
 
-    def _run(self) -> None:
-        warned = False
-        try:
-            while not self._stop.wait(self._period) and ray.is_initialized():
-                try:
-                    self.check()
-                    warned = False
-                except ray.exceptions.ActorUnavailableError:  # the store restarts: look again
-                    continue
-                except Exception:  # the runtime is shutting down, or worse: look again (said once)
-                    if self._alive() and not warned:
-                        warned = True
-                        log.warning("ray-adaptive: telling the autoscaler the policy's backlog failed; "
-                                    "trying again every %g s", self._period, exc_info=True)
-            if self.sent and ray.is_initialized():  # the runtime stops: its backlog goes with it
-                self._send([])
-        except Exception:
-            if ray.is_initialized():
-                log.warning("ray-adaptive: clearing the autoscaler request at stop failed", exc_info=True)
-        finally:
-            autoinit.release()
+    def _clear(self) -> None:
+        """The runtime stops: its backlog goes with it."""
+        if self.sent:
+            self._send([])
 
     def _loads(self) -> Optional[Dict[str, dict]]:
         """The store's reports, or None when stopped (waited for in steps: stop is seen within POLL_S)."""

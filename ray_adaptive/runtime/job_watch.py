@@ -26,19 +26,14 @@ under their job's name with the dead process said.
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any, Callable, Dict, List, Optional
 
-import ray
-
-from ray_adaptive._private import autoinit, jobs, workers
+from ray_adaptive._private import jobs, workers
 from ray_adaptive.runtime import background
+from ray_adaptive.runtime.background import Periodic
 from ray_adaptive.runtime.messages import Actor
 
 __all__ = ["JobWatch", "dead_clients", "dead_processes"]
-
-log = logging.getLogger(__name__)
 
 
 def dead_clients(clients: Dict[str, str], table: Dict[str, jobs.JobRecord], keep: str) -> Dict[str, List[str]]:
@@ -76,29 +71,11 @@ class JobWatch:
         live on: :meth:`ray_adaptive.api.PolicyRuntime.rebuild_late`)."""
         self._store, self._own, self._evict, self._late = store, own_client, evict, late
         self._owed: Dict[str, List[str]] = {}  # job -> its processes, whose eviction is still to (re)do
-        self._stop = threading.Event()
-        autoinit.hold()  # (released when the thread ends)
-        self._thread = threading.Thread(target=self._run, name=f"ra-jobs-{name}", daemon=True)
-        self._thread.start()
+        self._thread = Periodic(self.check, f"ra-jobs-{name}", self.PERIOD_S,
+                                "taking the jobs that ended out of the runtime")
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.PERIOD_S) and ray.is_initialized():
-                try:
-                    self.check()
-                except ray.exceptions.ActorUnavailableError:  # the store restarts: look again, nothing to say
-                    continue
-                except Exception:  # the runtime is shutting down, or worse: look again
-                    if ray.is_initialized() and not self._stop.is_set():
-                        log.warning("ray-adaptive: taking the jobs that ended out of the runtime failed; trying again",
-                                    exc_info=True)
-        finally:
-            autoinit.release()
+        self._thread.stop(timeout)
 
     def check(self) -> Dict[str, List[str]]:
         """Evict the processes of every job that ended; return them (by job). A job whose eviction fails
@@ -113,10 +90,10 @@ class JobWatch:
         for job, gone in dead.items():
             self._owed[job] = sorted(set(self._owed.get(job, [])) | set(gone))
         for job, gone in list(self._owed.items()):
-            if self._stop.is_set():
+            if self._thread.stopping:
                 break
             self._evict(job, gone)
             del self._owed[job]
-        if self._late is not None and not self._stop.is_set():
+        if self._late is not None and not self._thread.stopping:
             self._late()
         return dead

@@ -20,17 +20,11 @@ switch only records it in the node list that later processes join with.
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import Any, Callable
 
-import ray
-
-from ray_adaptive._private import autoinit
+from ray_adaptive.runtime.background import Periodic
 
 __all__ = ["NodeWatch"]
-
-log = logging.getLogger(__name__)
 
 
 class NodeWatch:
@@ -39,25 +33,7 @@ class NodeWatch:
     PERIOD_S = 0.5
 
     def __init__(self, follow: Callable[[], Any], name: str, period_s: float = PERIOD_S):
-        self._follow = follow
-        self._period_s = period_s
-        self._stop = threading.Event()
-        autoinit.hold()  # (released when the thread ends)
-        self._thread = threading.Thread(target=self._run, name=f"ra-nodes-{name}", daemon=True)
-        self._thread.start()
+        self._thread = Periodic(follow, f"ra-nodes-{name}", period_s, "following the cluster's nodes")
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self._period_s) and ray.is_initialized():
-                try:
-                    self._follow()
-                except Exception:  # a switch that failed, the runtime shutting down: look again
-                    if ray.is_initialized() and not self._stop.is_set():
-                        log.warning("ray-adaptive: following the cluster's nodes failed; trying again", exc_info=True)
-        finally:
-            autoinit.release()
+        self._thread.stop(timeout)
