@@ -113,11 +113,17 @@ def _actors(d):
     assert d["leaked_resources"] == {}, d["leaked_resources"]
 
 
+def _preempt(d):
+    assert d["low_results_ok"] and d["completed_once"] and d["audit_exact"], d
+    assert d["selector"]["preemptions"] == 1 and sorted(d["runs_started_per_low_task"].values())[-1] == 2, d
+    assert d["state_after"] == {"holding": 0} and d["high_started_after_s"] >= d["grace_s"] - 0.05, d
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch, "bench_join": _join,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
-          "chaos": _chaos, "bench_actors": _actors}
+          "chaos": _chaos, "bench_actors": _actors, "preempt_ray": _preempt}
 
 
 def _release_tests() -> list:
