@@ -24,12 +24,16 @@ from ray_adaptive._private.fake_autoscaler import FakeAutoscalingCluster
 from tests.conftest import wait_for
 
 MIN, MAX = 1, 3
-TYPES = {"cpu1": {"resources": {"CPU": 1}, "min_workers": MIN, "max_workers": MAX}}
+TYPES = {"cpu1": {"resources": {"CPU": 1}, "min_workers": MIN, "max_workers": MAX},
+         # a kind no node has until a task asks for it (its tasks wait for it: "waiting-for-node")
+         # (with a CPU: a node's executors are its CPUs, and a node with none is given no task)
+         "gpu1": {"resources": {"CPU": 1, "GPU": 1}, "min_workers": 0, "max_workers": 1}}
 
 
 def _workers() -> list:
-    """The alive nodes with CPUs (the head has none), by id."""
-    return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0)
+    """The alive nodes of type cpu1 (the head has no CPU; a gpu1 node, a GPU), by id."""
+    return sorted(n["NodeID"] for n in ray.nodes()
+                  if n["Alive"] and n["Resources"].get("CPU", 0) > 0 and not n["Resources"].get("GPU"))
 
 
 def _standing_request():
@@ -71,7 +75,7 @@ def marked(folder: str, i: int) -> str:
 
 
 def test_the_node_types_the_autoscaler_may_add(fake_cluster):
-    assert launchable_node_types() == [{"CPU": 1.0}]  # 1 of 3 up
+    assert sorted(launchable_node_types(), key=len) == [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}]  # 1 of 3 up, 0 of 1
 
 
 def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back(fake_cluster, tmp_path):
@@ -99,3 +103,27 @@ def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back
     assert _standing_request() == []  # cleared once drained
     # idle nodes are removed: back to the minimum
     wait_for(lambda: len(_workers()) == MIN, timeout=45, message=lambda: f"workers: {_workers()}")
+
+
+@ray.remote(num_cpus=0, num_gpus=1, max_retries=0)
+def on_gpu(folder: str) -> str:
+    os.close(os.open(os.path.join(folder, "gpu"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_a_task_only_a_node_type_to_come_can_hold_waits_for_it_and_runs_there(fake_cluster, tmp_path):
+    """No live node has a GPU, but the autoscaler may add one: the task is accepted (not refused as
+    infeasible), says it waits for a node, is asked of the autoscaler, and runs on the node that joins."""
+    assert not [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    rt = ra.start("least_loaded", plan="centralized")
+    try:
+        future = ra.policy("least_loaded")(on_gpu).submit(str(tmp_path))
+        why = rt.why_pending(future)
+        assert why["reason"] == "waiting-for-node" and "GPU" in why["why"], why
+        wait_for(lambda: rt.demand is not None and {"GPU": 1.0} in (rt.demand.sent or []), timeout=10,
+                 message=lambda: f"the GPU asked of the autoscaler: {rt.demand and rt.demand.sent}")
+        node = ray.get(future.result(timeout=90), timeout=90)
+        gpus = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+    finally:
+        ra.shutdown()
+    assert gpus == [node] and os.listdir(tmp_path) == ["gpu"]  # (the node that joined; the body once)
