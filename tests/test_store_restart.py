@@ -11,10 +11,11 @@ may or may not have been executed"); calls queued while it restarts reach the ne
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from concurrent.futures import Future
-from typing import List
+from typing import Iterable, List, Optional
 
 import numpy as np
 import pytest
@@ -78,6 +79,7 @@ class _Handle:
 
 class _Decider(LocalDecider):
     SYNC_FLOOR_S = 0.0  # (every refresh may push: the test, not the clock, orders the syncs)
+    IDLE_SYNC_S = math.inf  # (a test that lets this much time pass sets it to 0)
 
 
 @pytest.fixture
@@ -88,6 +90,7 @@ def world(monkeypatch):
     monkeypatch.setattr(store_module.gcs_kv, "get", kv.get)
     monkeypatch.setattr(store_module.gcs_kv, "put", kv.__setitem__)
     monkeypatch.setattr(StoreClient, "RETRY_S", 0.0, raising=False)
+    monkeypatch.setattr(store_module, "_reconstructed", lambda: False)  # (asking Ray would start it)
     analysis = analyze(load_policy("drf_lb"))
     plan = lower(next(p for p in enumerate_plans(analysis, 4)[0] if p.name == "decentralized+store per decision"),
                  analysis)
@@ -123,15 +126,24 @@ def _settle(world, processes: List[LocalDecider]) -> None:
         p._m.refresh(want=False)  # (the last answers applied)
 
 
-def _assert_exact(world, processes: List[LocalDecider]) -> None:
+def _quiet(world, processes: List[LocalDecider], rounds: int = 4) -> None:
+    """What the processes do on their own with nothing forced: the dispatcher thread ticks each, and the
+    store answers every call (a process pushes only when it has something to tell)."""
+    for _ in range(rounds):
+        for p in processes:
+            p.tick()
+        world.handle.deliver_all()
+
+
+def _assert_exact(world, processes: List[LocalDecider], tenants: Optional[Iterable[str]] = None) -> None:
     """The merged State is the one rebuilt from the tasks: the initial State plus the OnDispatch of every
-    running task; nothing of the finished ones."""
+    running task; nothing of the finished ones (``tenants``: of these only)."""
     running: dict = {}
     for p in processes:
         for t in p.sched.running.values():
             running[t.fields["tenant"]] = running.get(t.fields["tenant"], 0) + 1
     alloc = world.handle.store.state()["alloc"]
-    for tenant in set(alloc) | set(running):
+    for tenant in set(tenants) if tenants is not None else set(alloc) | set(running):
         got = np.asarray(alloc.get(tenant, [0.0] * 3), dtype=float)
         assert np.allclose(got, np.asarray(VEC) * running.get(tenant, 0), atol=1e-9), \
             f"tenant {tenant}: {got.tolist()} merged, {running.get(tenant, 0)} tasks running"
@@ -211,8 +223,50 @@ def test_a_process_that_leaves_as_the_store_restarts_takes_its_share_with_it(wor
     _assert_exact(world, [p, q])
 
 
+def test_the_last_tasks_a_process_dispatches_reach_the_store_before_they_finish(world):
+    """The flake of test_a_state_store_that_dies_... (b at +1 task right after both tenants read 0): a
+    process pushes while tasks wait here or after finishes, and decides after its push. Its last waiting
+    tasks, dispatched together once its running ones finished, were pushed with nothing else: the
+    store kept this process at 0 for as long as they ran -- the others saw those slots free -- and the
+    first of their finishes pushed their OnDispatch with it, taking the merged State from 0 to +1 task."""
+    q = world.process("q")
+    for i in range(6):
+        q.submit([_task(f"q-{i}", "b")])
+    _quiet(world, [q])
+    assert sorted(q.sched.running) == ["q-0", "q-1", "q-2", "q-3"] and q.sched.pending == 2
+    _assert_exact(world, [q])
+    q.finished(["q-0", "q-1", "q-2", "q-3"])  # pushed (nothing of b left), then q-4 and q-5 dispatched
+    assert sorted(q.sched.running) == ["q-4", "q-5"] and q.sched.pending == 0
+    _quiet(world, [q])
+    _assert_exact(world, [q])  # (was: 0 merged, 2 tasks running)
+    alloc = []
+    for tid in ("q-4", "q-5"):  # the finishes: the merged allocation only goes down
+        q.finished([tid])
+        _quiet(world, [q])
+        _assert_exact(world, [q])
+        alloc.append(float(world.handle.store.state()["alloc"]["b"][0]))
+    assert alloc == pytest.approx([0.1, 0.0])
+
+
+def test_a_process_quiet_through_a_store_restart_gives_its_share_back(world, monkeypatch):
+    """A process with tasks running and nothing to tell makes no call: it learns of a restart -- the store
+    lost its share of State and its loads -- at its next sync, every ``IDLE_SYNC_S`` at the latest."""
+    p, q = world.process("p"), world.process("q")
+    p.submit([_task("p-0", "a")])
+    p.submit([_task("p-1", "a")])
+    _quiet(world, [p])
+    _assert_exact(world, [p])
+    world.restart()  # (nothing in flight)
+    q.submit([_task("q-0", "b")])
+    _quiet(world, [p, q])  # within IDLE_SYNC_S: p's share is not back yet
+    monkeypatch.setattr(_Decider, "IDLE_SYNC_S", 0.0)  # ... and once it has passed
+    _quiet(world, [p, q])
+    _assert_exact(world, [p, q])
+    assert sum(world.handle.store.stats()["outstanding"].values()) == 3  # (the others see p's tasks again)
+
+
 @pytest.mark.parametrize("seed", range(300))
-def test_any_interleaving_of_pushes_deaths_and_finishes_ends_with_the_exact_state(world, seed):
+def test_any_interleaving_of_pushes_deaths_and_finishes_ends_with_the_exact_state(world, seed, monkeypatch):
     """Three processes submit and finish; the store's calls are delivered in any order (a threaded actor),
     their answers lost, or never executed; the store dies and restarts, with calls in flight (each raises
     or, queued during the restart, reaches the new incarnation). Once every process has synced, the merged
@@ -241,6 +295,14 @@ def test_any_interleaving_of_pushes_deaths_and_finishes_ends_with_the_exact_stat
                 if rng.random() < 0.5:
                     handle.deliver(call, answer_lost=True) if rng.random() < 0.5 else handle.fail(call)
             world.restart()
+    # on their own (no push forced), once IDLE_SYNC_S has passed: exact for every process with nothing
+    # waiting (one with tasks waiting may have dispatched some at its last tick)
+    _quiet(world, ps)
+    monkeypatch.setattr(_Decider, "IDLE_SYNC_S", 0.0)
+    _quiet(world, ps)
+    idle = [p for p in ps if not p.sched.pending]
+    _quiet(world, ps, rounds=1)
+    _assert_exact(world, ps, tenants=["abc"[ps.index(p)] for p in idle])
     _settle(world, ps)
     _assert_exact(world, ps)
     for p in ps:  # and once every task finished: nothing allocated

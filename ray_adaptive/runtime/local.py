@@ -28,6 +28,10 @@ class LocalDecider:
     remote = False
     thread_safe = False  # the router calls it under its lock
     SYNC_FLOOR_S = 0.01
+    # with nothing to tell, a process that synced before still syncs this often: the only way it learns that
+    # the store restarted without its share of State and its loads (see StoreClient), which it then pushes
+    # again (its tasks may run for hours with nothing waiting here)
+    IDLE_SYNC_S = 1.0
 
     def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
                  records: int = 0):
@@ -38,7 +42,8 @@ class LocalDecider:
         # a store round trip per decision batch ("probe", "store per decision") would put an actor
         # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
         self._m = StoreClient(client, spec, self.sched, store, floor_s=self.SYNC_FLOOR_S, generation=generation)
-        self._dirty = False  # finishes the store has not heard of
+        self._dirty = False  # dispatches and finishes the store has not heard of
+        self._pushed_at = time.monotonic()  # when the last sync started
         self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None  # (decisions come from calls)
         self.on_stop: Callable[[List[Stop]], None] = lambda stops: None  # (never: a decentralized plan never preempts)
 
@@ -48,7 +53,7 @@ class LocalDecider:
     def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
         if len(tasks) == 1:  # (a .remote() or .submit(): decided alone while nothing waits here)
             self._refresh()
-            return self.sched.add_and_decide(tasks[0], self.now())
+            return self._dispatched(self.sched.add_and_decide(tasks[0], self.now()))
         now = self.now()
         for t in tasks:
             self.sched.add(t, now)
@@ -73,23 +78,33 @@ class LocalDecider:
 
     def _refresh(self) -> None:
         """Apply a sync's answer; start the next one (never waiting for it) while tasks wait here
-        or the store has not heard of this process's finishes."""
-        want = bool(self.sched.pending) or self._dirty
+        or the store has not heard of this process's dispatches or finishes; else every IDLE_SYNC_S."""
+        now = time.monotonic()
+        want = (bool(self.sched.pending) or self._dirty
+                or (self._m.pushes > 0 and now - self._pushed_at >= self.IDLE_SYNC_S))
         pushes = self._m.pushes
         self._m.refresh(want)
         if self._m.pushes != pushes:
-            self._dirty = False
+            self._dirty, self._pushed_at = False, now
 
     def decide(self) -> List[TaskState]:
         self._refresh()
-        return self.sched.decide(self.now())
+        return self._dispatched(self.sched.decide(self.now()))
+
+    def _dispatched(self, decided: List[TaskState]) -> List[TaskState]:
+        """Decisions made after this call's sync started: their OnDispatch and loads go with the next one.
+        (The last tasks waiting here leave nothing pending: without this, a process's last dispatches
+        reached the store only with its next finish -- the others saw those slots free meanwhile, and
+        the merged State lacked them while the tasks ran.)"""
+        self._dirty = self._dirty or bool(decided)
+        return decided
 
     def tick(self) -> List[TaskState]:
         """Called by the dispatcher thread: while tasks wait, a heartbeat may show room that finishes
-        elsewhere made; with nothing pending, the store still learns of this process's finishes
-        (else other processes would keep seeing those slots taken)."""
+        elsewhere made; with nothing pending, the store still learns of this process's dispatches and
+        finishes (else other processes would keep seeing those slots free, or taken)."""
         self._refresh()
-        return self.sched.decide(self.now()) if self.sched.pending else []
+        return self._dispatched(self.sched.decide(self.now())) if self.sched.pending else []
 
     # -- live switches --------------------------------------------------------
     def freeze(self) -> Handover:
