@@ -161,3 +161,28 @@ def test_a_node_that_dies_while_a_switch_builds_its_generation_loses_nothing(ray
     again = {t: nodes for t, nodes in runs.items() if len(nodes) > 1}
     assert all(len(nodes) == 2 and extra.node_id in nodes for nodes in again.values()), again
     assert resources.created_resources() == {}
+
+
+def test_a_placement_actor_dead_when_a_restarted_hybrid_selector_empties_it_is_lost_not_fatal(ray_cluster):
+    """A restarted hybrid selector empties its placement actors first. One killed between the selector's
+    look-up and that reset is lost, as one that dies later is -- its error raised in the selector's
+    constructor left the selector dead for good, never restarted (chaos.py: a wave waited 600 s)."""
+    import threading as th
+
+    from ray_adaptive.runtime.placement import Forwarder
+
+    @ray.remote(num_cpus=0)
+    class Reset:
+        def reset(self) -> None:
+            pass
+
+    live, dead = Reset.remote(), Reset.remote()
+    ray.get([live.__ray_ready__.remote(), dead.__ray_ready__.remote()])
+    ray.kill(dead, no_restart=True)
+    fwd = Forwarder([live, dead], th.Condition(), lambda: 0.0, lambda ids, now: None, lambda *a: True, lambda now: None)
+    try:
+        fwd.start(restarted=True)
+        assert fwd.live == {0}
+    finally:
+        fwd.close()
+        ray.kill(live, no_restart=True)

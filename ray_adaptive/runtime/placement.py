@@ -140,7 +140,13 @@ class Forwarder:
         """Start forwarding; a restarted selector first empties its placements, which held tasks
         for the old one (the clients send theirs again)."""
         if restarted:
-            ray.get([p.reset.remote() for p in self._placements])
+            refs = [p.reset.remote() for p in self._placements]
+            for i, ref in enumerate(refs):
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:  # (killed, or its node left, since it was looked up:
+                    with self._cond:  # lost as if it died later -- a constructor that raised would leave
+                        self._lose(i)  # the selector dead for good, never restarted again)
         threading.Thread(target=self._loop, name="ra-selector-forward", daemon=True).start()
 
     def close(self) -> None:
