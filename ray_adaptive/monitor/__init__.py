@@ -100,6 +100,7 @@ class Monitor:
         # long tasks running now (a policy's actors): id -> (the task, dispatched at, runtime time and
         # monotonic time when told); see started()
         self._running: Dict[str, Tuple[TaskSpec, float, float, float]] = {}
+        self._preempted = [0, 0.0]  # runs this process stopped for a preemption, and the seconds they had run
         self._lock = threading.Lock()
         self._metrics = None
         self._estimate: Optional[float] = None
@@ -123,6 +124,13 @@ class Monitor:
     def _group_names(self, fields: Sequence[dict]) -> List[str]:
         by = self.group_by
         return [str(f.get(by, "")) for f in fields] if by else [""] * len(fields)
+
+    def preempted(self, wasted_s: Sequence[float]) -> None:
+        """Runs of this process's tasks were stopped for a preemption (issue 39), each having run
+        ``wasted_s`` seconds from its dispatch (its submitter's view): counted in :meth:`load`."""
+        with self._lock:
+            self._preempted[0] += len(wasted_s)
+            self._preempted[1] += sum(wasted_s)
 
     def _count(self, fields: Sequence[dict], k: int) -> None:
         groups = self._group_names(fields)
@@ -177,9 +185,10 @@ class Monitor:
         """This process's load as cumulative counters (arrivals, finished tasks and the sum of their
         durations, since the monitor began; per group: arrivals, decided, finished, dropped), at
         wall-clock ``t``, the burstiness of the last ``burst_window`` arrivals, the arrival rate and
-        each group's goodput over the last ``recent_s`` (per second): what the runtime reports to
-        its store every second, so that a reader of two reports gets rates over any window, summed
-        over processes."""
+        each group's goodput over the last ``recent_s`` (per second), and, once there are any, the runs
+        this process stopped for a preemption and the seconds they had run (``preemptions``,
+        ``wasted_s``): what the runtime reports to its store every second, so that a reader of two
+        reports gets rates over any window, summed over processes."""
         now = time.monotonic()
         with self._lock:
             counts = dict(self._counts)
@@ -191,12 +200,14 @@ class Monitor:
             while len(marks) > 2 and marks[1][0] <= now - recent_s:  # keep the newest mark recent_s old
                 marks.popleft()
             since, arrived, before = marks[0]
+            preempted, wasted = self._preempted
         span = max(now - since, recent_s)  # (a monitor younger than recent_s: per recent_s)
         for g, c in groups.items():
             if c["finished"] > before.get(g, 0):
                 c["goodput_per_s"] = (c["finished"] - before.get(g, 0)) / span
         return {"t": time.time(), **counts, "arrival_rate_per_s": (counts["arrivals"] - arrived) / span,
-                "burstiness": _burstiness(recent), "groups": groups}
+                "burstiness": _burstiness(recent), "groups": groups,
+                **({"preemptions": preempted, "wasted_s": wasted} if preempted else {})}
 
     def report(self, tally: Mapping[Tuple[str, bool], int], generation: int, latencies: List[float],
                oldest_pending: List[Tuple[str, float]]) -> dict:

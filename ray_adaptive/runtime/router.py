@@ -250,12 +250,16 @@ class Router:
             if self.gate.frozen:
                 self.gate.held_stopped += stopped
                 return
+            now = self.now()
+            wasted = [max(0.0, now - t.dispatched_at) for t in stopped]
             states = self.book.requeue(stopped)
             decider = self.decider
             if not decider.thread_safe:
                 chosen = decider.preempted(states)
         if decider.thread_safe:
             chosen = decider.preempted(states)
+        if self.monitor is not None:
+            self.monitor.preempted(wasted)
         self.book.launch(chosen)
 
     # ------------------------------------------------- the dispatcher's clock (see runtime.dispatcher)
