@@ -17,29 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
+import sys
 import tempfile
 import time
 
-COUNTED_EXTRA = """
-State:
-  holding: int
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from _builders import counted_preemptive  # noqa: E402 (the policy the tests run too)
 
-OnDispatch(task, node):
-  holding += 1
-
-OnPreempt(task, node):
-  holding -= 1
-
-OnFinish(task, node):
-  holding -= 1
-"""
 
 
 def run(low_s: float) -> dict:
     import ray
 
     import ray_adaptive as ra
-    from ray_adaptive.dsl import parse_policy, policy_path
+    from ray_adaptive.dsl import parse_policy
     from ray_adaptive.local_multinode import start_local_cluster
 
     folder = tempfile.mkdtemp(prefix="ra-preempt-")
@@ -55,7 +47,7 @@ def run(low_s: float) -> dict:
 
     lc = start_local_cluster(2, 2)
     try:
-        text = policy_path("priority_preemptive").read_text() + COUNTED_EXTRA
+        text = counted_preemptive()
         rt = ra.start(parse_policy(text, name="preempt_release"), plan="centralized", queue=0, hold="caller")
         work = ra.policy("preempt_release")(job)
         slots = sum(n.executors for n in rt.topology.nodes if n.runs_tasks)

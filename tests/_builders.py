@@ -27,3 +27,28 @@ def run(policy, nodes, tasks):
 def placements(result):
     """[(task, node)] in decision order."""
     return [(d.task, d.node) for d in result.decisions]
+
+
+# priority_preemptive (grace 2 s, max 3) with a State that counts the tasks holding an executor: OnDispatch
+# adds one, OnPreempt and OnFinish take it back -- it returns to zero only if each stopped run's OnPreempt ran
+# once and no OnFinish ran for it (the Ray test, the selector's test and release_tests/preempt_ray.py)
+COUNTED_HOLDING = """
+State:
+  holding: int
+
+OnDispatch(task, node):
+  holding += 1
+
+OnPreempt(task, node):
+  holding -= 1
+
+OnFinish(task, node):
+  holding -= 1
+"""
+
+
+def counted_preemptive() -> str:
+    """The text of priority_preemptive with :data:`COUNTED_HOLDING` added."""
+    from ray_adaptive.dsl import policy_path
+
+    return policy_path("priority_preemptive").read_text() + COUNTED_HOLDING

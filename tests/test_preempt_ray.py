@@ -13,9 +13,10 @@ import pytest
 import ray
 
 import ray_adaptive as ra
-from ray_adaptive.dsl import parse_policy, policy_path
+from ray_adaptive.dsl import parse_policy
 from ray_adaptive.runtime.preempt import FAILED, FINISHED, PREEMPTED, PreemptibleRuns
 
+from _builders import counted_preemptive
 from conftest import wait_for
 
 
@@ -85,22 +86,7 @@ def test_the_tasks_own_error_reaches_its_caller_and_is_no_preemption(ray_cluster
 # ---------------------------------------------------------------------------------------------------------
 # Driven by a policy (the selector chooses the victim, its process stops the run): priority_preemptive.
 
-# the shipped policy, with a State that counts the tasks holding an executor: OnDispatch adds one, OnPreempt
-# and OnFinish take it back -- it returns to zero only if each stopped run's OnPreempt ran once, and no
-# OnFinish ran for it (the audit checks the same against the tasks in flight)
-COUNTED_PREEMPTIVE = policy_path("priority_preemptive").read_text() + """
-State:
-  holding: int
-
-OnDispatch(task, node):
-  holding += 1
-
-OnPreempt(task, node):
-  holding -= 1
-
-OnFinish(task, node):
-  holding -= 1
-"""
+COUNTED_PREEMPTIVE = counted_preemptive()  # (see tests/_builders.py)
 
 
 @ray.remote(num_cpus=1)

@@ -7,24 +7,13 @@ import math
 
 import pytest
 
-from ray_adaptive.dsl import parse_policy, policy_path
+from ray_adaptive.dsl import parse_policy
 from ray_adaptive.plan import NodeState, Scheduler, TaskState
 from ray_adaptive.runtime.selector_preempt import SelectorPreemption
 
-# priority_preemptive (grace 2 s, max 3), with a State that counts the tasks holding an executor
-COUNTED = policy_path("priority_preemptive").read_text() + """
-State:
-  holding: int
+from _builders import counted_preemptive
 
-OnDispatch(task, node):
-  holding += 1
-
-OnPreempt(task, node):
-  holding -= 1
-
-OnFinish(task, node):
-  holding -= 1
-"""
+COUNTED = counted_preemptive()  # (see tests/_builders.py)
 
 
 def _task(tid, priority, at, preemptible=True, client="c1"):
