@@ -347,3 +347,31 @@ def test_random_interleavings_of_calls_failures_restarts_and_finishes(world, see
         world.finish(c, tid)
     _drain(world)
     _assert_exact(world, [])
+
+
+def test_a_freeze_right_after_a_resume_lets_the_handover_land_first(world):
+    """A process that takes up a generation late -- taken for dead by its switch, e.g. not registered yet with
+    a store restarted just before -- may be asked to freeze for the next switch before its client thread
+    sent the handover. The thread parked at once and the handover never reached the selector: the next
+    switch handed over a State without R's OnDispatch (rebuilt: its running tasks were not counted, the
+    State was exact), and R's OnFinish under the next plan drove the allocation below zero (the CI run's
+    audit of a switch right after a store restart, -4 tasks' worth; the chaos run's round 37). Made
+    deterministic by holding the client's lock across the resume and the freeze: its thread can only look
+    once the freeze waits."""
+    r = _task("c-r", node="n0")
+    world.running.append(r.id)
+    world.handle.selector.install(world.state_with([]))  # (a rebuild: the selector starts from the initial State)
+    c = world.process("c")
+    frozen: Future = Future()
+
+    def resume_then_freeze() -> None:
+        with c._cond:
+            c.resume([r], [], [_task("c-t")], rebuild=True)
+            frozen.set_result(c.freeze(timeout_s=WAIT_S * 2))
+    threading.Thread(target=resume_then_freeze, daemon=True).start()
+    handover = world.handle.next("exchange")
+    assert handover.args[2] is not None and [t.id for t in handover.args[2].running] == ["c-r"]
+    world.handle.deliver(handover)
+    held = frozen.result(WAIT_S * 3)
+    _assert_exact(world, ["c-r"] + [t for t in world.decided if t == "c-t"])  # (the handover's OnDispatch)
+    assert sorted(t.id for t in held.arrived) == ([] if "c-t" in world.decided else ["c-t"])

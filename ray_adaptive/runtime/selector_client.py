@@ -131,7 +131,10 @@ class SelectorClient:
     def _run(self) -> None:
         while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
             with self._cond:
-                while self._freezing and self._lease is None and not self._closed:  # (a lease goes back first)
+                # (a lease goes back first; and a handover not sent yet goes out: a process that took up its
+                # generation late may be told to freeze for the next before this thread looked, and the
+                # selector the switch freezes next must hold what the handover carries)
+                while self._freezing and self._lease is None and self._handover is None and not self._closed:
                     self._parked = True
                     self._cond.notify_all()
                     self._cond.wait()
@@ -143,7 +146,7 @@ class SelectorClient:
                         break  # idle with tasks running: is the selector the one that knows them? a stop for one?
                 if self._closed:
                     return
-                if self._freezing and self._lease is None:
+                if self._freezing and self._lease is None and self._handover is None:
                     continue
                 leased = self._lease is not None
                 out, self._out = ([], self._out) if leased else (self._out, [])
