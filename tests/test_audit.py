@@ -179,6 +179,78 @@ def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_s
     assert after.exact, after.format()
 
 
+def test_a_process_stopped_across_a_store_restart_and_two_switches_keeps_its_share_of_state(runtime, monkeypatch):
+    """The CI run's and the chaos run's inexact audit: a store killed and restarted, then two live switches
+    (decentralized -> centralized -> decentralized) before a submitting process registered with the
+    restarted store. Neither switch waited for it -- only processes registered with the incarnation alive
+    were announced to -- so it decided on under the first plan, took up the third directly, and counted
+    its running tasks there with no hook: the State handed over (the selector's, exact) never held their
+    OnDispatch, and their OnFinish drove its allocation below zero. A process registered with an
+    incarnation that died is waited for as any other: stopped here (SIGSTOP) across both switches, it is
+    taken for dead by each, and rebuilt for once heard from again."""
+    import signal
+
+    from ray_adaptive.runtime import switch as switching
+
+    rt = runtime("decentralized")
+    release = os.path.join(tempfile.mkdtemp(prefix="ra-audit-"), "release")
+    other = Submitter.remote()
+    pid = ray.get(other.pid.remote(), timeout=30)
+    try:
+        ray.get(other.submit.remote(release, 2), timeout=60)
+        wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.exact and r.placed == 2, timeout=30)
+        monkeypatch.setitem(switching.switch.__kwdefaults__, "ack_timeout_s", 2.0)  # (10 s by default)
+        store = rt.topology.store
+
+        def restarted() -> bool:
+            try:
+                return ray.get(store.restarted.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                return False
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ray.kill(store, no_restart=False)  # (Ray restarts it)
+            wait_for(restarted, timeout=30, message="the store restarted")
+            rebuilt = rt.switch("centralized")
+            exact = rt.switch("decentralized")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert len(rebuilt["unacked"]) == len(exact["unacked"]) == 1, (rebuilt, exact)  # (the stopped process)
+        wait_for(lambda: any("took for dead" in h["reason"] for h in rt.history), timeout=30,
+                 message=lambda: f"the rebuild after the late process came back: {rt.history}")
+        report = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled and r.processes == 2, timeout=30)
+        assert report.exact and report.placed == 2, report.format()
+    finally:
+        open(release, "w").close()
+    assert ray.get(other.wait.remote(), timeout=120) == 2
+    after = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled and r.placed == 0, timeout=30)
+    assert after.exact, after.format()
+    ray.kill(other)
+
+
+def test_a_switch_does_not_wait_for_a_submitting_process_that_died(runtime, monkeypatch):
+    """The 30-minute chaos run's slow switches (p99 10 s): a submitter killed just before a switch never
+    acks, and the switch waited its whole ack timeout for it -- until the job watch evicted the process,
+    every switch did. The switch looks at the GCS as the job watch does, and takes a dead one for dead at
+    once. (The job watch is stopped here: the switch alone must find it.)"""
+    from ray_adaptive.runtime import switch as switching
+
+    rt = runtime("decentralized")
+    rt.jobs.stop()
+    release = os.path.join(tempfile.mkdtemp(prefix="ra-audit-"), "release")
+    other = Submitter.remote()
+    try:
+        ray.get(other.submit.remote(release, 2), timeout=60)
+        wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.placed == 2 and r.processes == 2, timeout=30)
+        theirs = sorted(set(ray.get(rt.topology.store.clients.remote(), timeout=30)) - {rt.router.client})
+        monkeypatch.setitem(switching.switch.__kwdefaults__, "ack_timeout_s", 120.0)
+        ray.kill(other)
+        entry = rt.switch("centralized")
+    finally:
+        open(release, "w").close()
+    assert entry["unacked"] == theirs and entry["freeze_s"] < 60, entry
+
+
 @ray.remote(num_cpus=0)
 class Busy:
     """A submitting process that keeps tasks of tenant ``c`` coming (short ones) until it has run ``n``."""

@@ -102,11 +102,24 @@ def test_processes_that_registered_again_or_left_are_not_evicted_and_not_remembe
     assert world.evicted == ["sub"]
 
 
-def test_the_switch_waits_only_for_processes_that_registered_again(world):
-    """What a switch announces to and waits for is unchanged: the processes this incarnation heard from
-    (one that died would cost every switch its ack timeout until evicted)."""
+def test_a_switch_waits_for_the_processes_registered_before_the_restart_until_they_register_and_ack(world):
+    """A process registered with an incarnation that died is announced to and waited for as any other (it
+    registers again at its next watch, then acks): not waited for, it decided on under the plan it had and
+    took up a later generation with its running tasks counted in a State that never held their OnDispatch
+    (tests/test_audit.py). One that never comes back is taken for dead at the ack timeout -- or at once,
+    its job or worker dead (switch._all_dead, from the same look as the job watch's) -- and stays silent
+    for the owner's rebuild of late processes until it registers again."""
     world.restart()
     world.store.join("owner", 0.0, "job-owner", "w-owner")
     clients, _ = world.store.announce(1)
-    assert clients == ["owner"]
-    assert sorted(world.store.clients()) == ["drv", "owner", "sub"]
+    assert clients == ["drv", "owner", "sub"]
+    world.store.ack("owner", 1, {})
+    assert world.store.wait_acks(1, clients, 0.0)[0] == ["drv", "sub"]
+    quiet = world.store.quiet_for(["drv", "sub", "gone"])
+    assert sorted(quiet) == ["drv", "sub"]  # (silent since the restart: not "left")
+    world.store.join("sub", 0.0, "job-owner", "w-sub")  # (its watch saw the new incarnation)
+    assert world.store.quiet_for(["sub"])["sub"] < quiet["sub"]
+    world.store.ack("sub", 1, {})
+    assert world.store.wait_acks(1, clients, 0.0)[0] == ["drv"]
+    world.store.leave("drv")  # (evicted: no longer waited for)
+    assert world.store.wait_acks(1, clients, 0.0)[0] == []

@@ -33,7 +33,7 @@ from ray_adaptive.runtime import background
 from ray_adaptive.runtime.background import Periodic
 from ray_adaptive.runtime.messages import Actor
 
-__all__ = ["JobWatch", "dead_clients", "dead_processes"]
+__all__ = ["JobWatch", "dead_clients", "dead_processes", "find_dead"]
 
 
 def dead_clients(clients: Dict[str, str], table: Dict[str, jobs.JobRecord], keep: str) -> Dict[str, List[str]]:
@@ -60,6 +60,21 @@ def dead_processes(clients: Dict[str, str], worker_of: Dict[str, str], dead: set
     return out
 
 
+def find_dead(store: Actor, keep: str) -> Dict[str, List[str]]:
+    """The processes registered at ``store`` (never ``keep``) whose job ended or whose Ray worker died, by
+    job (see :func:`dead_clients`, :func:`dead_processes`): one read of the GCS job table, one of its
+    worker table."""
+    clients = background.get(store.clients.remote(), timeout=30)
+    others = {c: j for c, j in clients.items() if c != keep}
+    if not others:
+        return {}
+    dead = dead_clients(others, jobs.job_table(), keep)  # (the table holds every job ever)
+    worker_of = background.get(store.workers.remote(), timeout=30)
+    watched = {c: w for c, w in worker_of.items() if c in others}
+    dead.update(dead_processes(others, watched, workers.dead_workers(watched.values()), keep, dead))
+    return dead
+
+
 class JobWatch:
     """The thread (see the module doc); ``evict(job, clients)`` is called for each job found dead."""
 
@@ -80,13 +95,7 @@ class JobWatch:
     def check(self) -> Dict[str, List[str]]:
         """Evict the processes of every job that ended; return them (by job). A job whose eviction fails
         is evicted again at the next check (its processes are unregistered by then: it is remembered)."""
-        clients = background.get(self._store.clients.remote(), timeout=30)
-        others = {c: j for c, j in clients.items() if c != self._own}
-        dead = dead_clients(others, jobs.job_table(), self._own) if others else {}  # (the table holds every job ever)
-        if others:
-            worker_of = background.get(self._store.workers.remote(), timeout=30)
-            watched = {c: w for c, w in worker_of.items() if c in others}
-            dead.update(dead_processes(others, watched, workers.dead_workers(watched.values()), self._own, dead))
+        dead = find_dead(self._store, self._own)
         for job, gone in dead.items():
             self._owed[job] = sorted(set(self._owed.get(job, [])) | set(gone))
         for job, gone in list(self._owed.items()):

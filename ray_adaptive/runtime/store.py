@@ -297,13 +297,16 @@ class StateStore:
 
     def announce(self, generation: int) -> Tuple[List[str], str]:
         """Ask every registered process to freeze for ``generation``; return them, and this store's
-        incarnation (idempotent)."""
+        incarnation (idempotent). Those registered with an incarnation that died and not heard from since
+        are among them: each registers again at its next watch and acks; one the switch did not wait for
+        would decide on under the plan it had, and take up a later generation with its running tasks
+        counted in a State that never held their OnDispatch."""
         with self._cond:
             self._check_next(generation)
             if self._phase != "freezing":
                 self._phase, self._acks = "freezing", {}
             self._cond.notify_all()
-            return sorted(self._clients), self.incarnation
+            return sorted({*self._clients, *self._former}), self.incarnation
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
         """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
@@ -322,8 +325,9 @@ class StateStore:
             return self._missing(clients, self._acks), self.incarnation
 
     def _missing(self, clients: List[str], have) -> List[str]:
-        """Of ``clients``, those still registered and not in ``have`` (holds the lock)."""
-        return [c for c in clients if c in self._clients and c not in have]
+        """Of ``clients``, those still registered (with this incarnation or one that died) and not in
+        ``have`` (holds the lock)."""
+        return [c for c in clients if (c in self._clients or c in self._former) and c not in have]
 
     def state(self) -> dict:
         """The merged State of the replicas (what a switch hands over from a decentralized plan)."""
@@ -413,10 +417,12 @@ class StateStore:
 
     def quiet_for(self, clients: List[str]) -> Dict[str, float]:
         """Seconds since each of ``clients`` still registered was last heard from (a load report, a join):
-        how the owner learns that a process a switch took for dead lives on."""
+        how the owner learns that a process a switch took for dead lives on. One registered with an
+        incarnation that died counts as silent since this one started (it registers again when it is back)."""
         with self._cond:
             now = time.monotonic()
-            return {c: now - self._clients[c] for c in clients if c in self._clients}
+            heard = {**self._former, **self._clients}
+            return {c: now - heard[c] for c in clients if c in heard}
 
     def loads(self) -> Dict[str, dict]:
         with self._cond:

@@ -17,7 +17,9 @@ process (its :class:`PlanWatcher` and router):
    gives back a lease it holds, and waits until the finish notifications it
    sent were applied. Submissions and finishes wait in the router meanwhile.
    Each process *acks*; the coordinator waits for every registered process
-   (one silent for ``ack_timeout_s`` is taken for dead).
+   -- those registered with a store incarnation that died too: they register
+   again and ack -- and takes for dead one silent for ``ack_timeout_s``, or
+   at once one whose Ray worker died.
 3. **Collect** the State from the authority of the plan in force: the
    frozen selector (decisions no process received are undone, as the
    hybrid undoes a task dropped at its deadline: OnFinish runs), the
@@ -61,6 +63,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan import LoweredPlan, NodeState
 from ray_adaptive.runtime import audit, background
 from ray_adaptive.runtime.decider import Decider
+from ray_adaptive.runtime.job_watch import find_dead
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
 from ray_adaptive.runtime.spare import SpareGeneration
 from ray_adaptive.runtime.topology import Topology, build_generation
@@ -70,6 +73,7 @@ __all__ = ["PlanWatcher", "Follower", "SwitchNotStarted", "switch"]
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0
+DEAD_CHECK_S = 0.5  # while processes have not acked, how often the switch asks whether their workers died
 PREPARE_TIMEOUT_S = 2.0
 
 
@@ -239,15 +243,31 @@ def _prepare_all(store: Actor, generation: int, config: dict, timeout_s: float) 
 
 def _freeze_all(store: Actor, generation: int, ack_timeout_s: float) -> Tuple[List[str], str]:
     """Announce ``generation`` until every registered process acked under one store incarnation (a
-    store that restarts forgets the acks); return the processes that never acked, and that incarnation."""
+    store that restarts forgets the acks); return the processes that never acked, and that incarnation.
+    Processes known dead -- their job ended, their Ray worker died -- are not waited for (they never ack:
+    every switch until their eviction would last the whole ``ack_timeout_s``); the job watch evicts them."""
     deadline = time.monotonic() + ack_timeout_s
     while True:  # (each answer names the store's incarnation: no round trip of its own to ask it)
         clients, incarnation = _retry(lambda: store.announce.remote(generation), "the state store")
-        left = max(0.0, deadline - time.monotonic())
-        missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, left), "the state store")
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, min(left, DEAD_CHECK_S)),
+                                       "the state store")
+            if acked_by != incarnation or not missing or left <= DEAD_CHECK_S or _all_dead(store, missing):
+                break
         if acked_by == incarnation:
             return missing, incarnation
         log.warning("ray-adaptive: the state store restarted during a live switch: announcing again")
+
+
+def _all_dead(store: Actor, clients: List[str]) -> bool:
+    """Whether every one of ``clients`` is known dead: its job ended, or its Ray worker died (what the
+    owner's job watch evicts it for)."""
+    try:
+        dead = {c for gone in find_dead(store, keep="").values() for c in gone}
+    except Exception:  # (the store restarts: the acks are asked for again anyway)
+        return False
+    return set(clients) <= dead
 
 
 def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[dict], bool]:
@@ -338,7 +358,7 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     phase("published", new)
     old.retire()
     if unacked:
-        log.warning("ray-adaptive: processes %s did not freeze for the switch to %r in %g s: taken for dead",
-                    unacked, plan.name, ack_timeout_s)
+        log.warning("ray-adaptive: processes %s did not freeze for the switch to %r (dead, or silent for %g s): "
+                    "taken for dead", unacked, plan.name, ack_timeout_s)
     return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
                  "exact": exact, "unacked": unacked}
