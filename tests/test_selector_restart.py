@@ -311,7 +311,7 @@ def test_new_tasks_of_a_call_that_reached_no_incarnation_are_sent_again(world):
 def test_random_interleavings_of_calls_failures_restarts_and_finishes(world, seed):
     """Seeded random interleavings: calls delivered in any order, failed (a finish notification only with the
     selector's death: a lost one to a selector that lives on is not covered), executed with their answer
-    lost as the selector dies, restarts, finishes and new submissions. After each settle: every task decided
+    lost (the selector dying, or living on), restarts, finishes and new submissions. After each settle: every task decided
     once, and the selector's allocation exactly the running tasks' OnDispatch."""
     rng = random.Random(seed)
     running0 = [_task(f"c-r{i}", node=f"n{i % 2}") for i in range(rng.randint(0, 3))]
@@ -332,9 +332,10 @@ def test_random_interleavings_of_calls_failures_restarts_and_finishes(world, see
             world.handle.fail(call)
             if call.method != "exchange" or rng.random() < 0.7:
                 world.restart()
-        elif move < 0.58:  # executed, and the incarnation dies before answering
+        elif move < 0.58:  # executed, and the answer lost: the incarnation died -- or, mostly, lives on
             world.handle.deliver(call, answer_lost=True)
-            world.restart()
+            if rng.random() < 0.3:
+                world.restart()
         elif move < 0.65:  # killed with calls queued: those in flight fail, the rest reach the restart
             for call in list(world.handle.calls):
                 if rng.random() < 0.5:
@@ -405,3 +406,27 @@ def test_a_lease_whose_grant_never_reached_its_client_is_taken_back_at_its_next_
     assert world.handle.selector._desk.holder == "c"  # (granted: the answer was the lease)
     _settle(world, c, want_decided=1)
     assert world.decided == ["c-t"]
+
+
+def test_decisions_whose_answer_was_lost_by_a_live_selector_are_sent_again(world):
+    """A call's decisions are made and its answer lost -- the call raised in the client, the selector lives
+    on (Ray cannot tell the client which). The client sends its undecided tasks again; the selector knew
+    them as running and dropped them as "sent again after a restart": their decisions never came, and the
+    tasks waited for ever. Sent again, they are launched once, and the State counts each once."""
+    world.handle.selector.install(world.state_with([]))
+    c = world.process("c")
+    c.resume([], [], [], rebuild=False)
+    world.handle.deliver(world.handle.next("exchange"))  # (the empty handover)
+    c.submit([_task("c-t1"), _task("c-t2")])
+    call = world.handle.next("exchange")
+    while not call.args[1]:  # (idle polls before the submission's call)
+        world.handle.deliver(call)
+        call = world.handle.next("exchange")
+    world.handle.deliver(call, answer_lost=True)  # (no restart: the same incarnation answers next)
+    _settle(world, c, want_decided=2)
+    assert sorted(world.decided) == ["c-t1", "c-t2"]
+    _assert_exact(world, ["c-t1", "c-t2"])
+    for tid in ("c-t1", "c-t2"):
+        world.finish(c, tid)
+    _drain(world)
+    _assert_exact(world, [])

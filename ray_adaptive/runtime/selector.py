@@ -228,13 +228,14 @@ class Selector:
                     self._end_lease()
             elif handback is None and self._may_lease(client):  # (one giving a lease back is leaving or recalled)
                 return self._grant(client, tasks)
+            remailed = self._remail(client, tasks)
             tasks = [t for t in tasks if not self._s.knows(t.id)]  # (sent again after a restart)
             # (a restarted selector had no OnArrival of any: see _take_back)
             arrived = set(handback.arrived) if handback is not None and not self._restarted else ()
             for t in tasks:
                 t.origin = client
                 self._s.add(t, now, arrived=t.id in arrived)
-            self._waiting[client] = self._waiting.get(client, 0) + len(tasks)
+            self._waiting[client] = self._waiting.get(client, 0) + len(tasks) + remailed
             pre = self._preemption()
             if pre is not None and tasks:
                 pre.arrived()
@@ -249,6 +250,22 @@ class Selector:
             out = self._mail.pop(client, [])
             self._waiting[client] -= len(out)
             return Decisions(out, self.incarnation, pre.take_stops(client) if pre is not None else [])
+
+    def _remail(self, client: str, tasks: Sequence[TaskState]) -> int:
+        """Of ``tasks``, sent as undecided by ``client``, mail again the decisions of those running here for
+        it: the answer that carried them was lost (the call raised in the client while this incarnation
+        lived on), and the client sends its undecided tasks again -- without this, they waited for ever.
+        It launches a task once whatever it is told (see SelectorClient). Not under the hybrid, whose
+        placement actors answer for their tasks. Returns how many."""
+        if self._fwd is not None or not tasks:
+            return 0
+        mailed = {tid for tid, _ in self._mail.get(client, ())}
+        again = [(t.id, running.node) for t in tasks
+                 if (running := self._s.running.get(t.id)) is not None and running.origin == client
+                 and t.id not in mailed]
+        if again:
+            self._mail.setdefault(client, []).extend(again)
+        return len(again)
 
     # ---------------------------------------------------------------- leases (see runtime.lease)
     def _may_lease(self, client: str) -> bool:
