@@ -30,7 +30,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import ray
 
@@ -74,7 +74,9 @@ class SelectorClient:
         self._lease_latencies: Deque[float] = deque(maxlen=100_000)  # its decisions' latencies, over every lease
         self._held_finishes: Optional[List[str]] = None  # finishes waiting for a handback to land
         self._held_stops: List[Stop] = []  # ... and runs stopped for a preemption (see preempted)
-        self._finishing: List[Any] = []  # refs of the finish notifications the selector may not have applied yet
+        # (ref, task ids) of the finish notifications the selector may not have applied yet (ids: none for stops)
+        self._finishing: List[Tuple[Any, List[str]]] = []
+        self._refinish: List[str] = []  # finishes whose notification raised: sent again (see _finish_failed)
         self._handover: Optional[Handback] = None  # a live switch's: running tasks for the selector of the new plan
         self._freezing = False  # a live switch: stop talking to the selector (see freeze)
         self._parked = False  # the client thread has stopped, no call in flight
@@ -120,16 +122,36 @@ class SelectorClient:
 
     def _notify_finished(self, ids: List[str]) -> None:
         ref = self._selector.finished.remote(ids)
+        _if_it_raises(ref, lambda: self._finish_failed(ids))
         with self._cond:  # (kept until done: a live switch waits for them; see freeze)
-            self._finishing.append(ref)
+            self._finishing.append((ref, ids))
             if len(self._finishing) > self._FINISHING_KEPT:  # (those done, dropped in one look)
                 self._finishing = _not_done(self._finishing)
+
+    def _finish_failed(self, ids: List[str]) -> None:
+        """A finish notification raised (on a thread of Ray's): it may have reached no incarnation, and the
+        selector may live on -- its room would stay taken and its OnFinish never run. Sent again by the
+        client thread (a finish is applied once: the selector ignores one for a task it does not run, and
+        a task finishes once); behind a handback on its way, as any finish."""
+        with self._cond:
+            if self._closed:
+                return
+            if self._held_finishes is not None:
+                self._held_finishes.extend(ids)
+            else:
+                self._refinish.extend(ids)
+            self._cond.notify()
 
     def tick(self) -> List[TaskState]:
         return []
 
     def _run(self) -> None:
         while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
+            with self._cond:
+                refinish, self._refinish = (self._refinish, []) if not self._freezing else ([], self._refinish)
+            if refinish:  # (a freeze sends them itself)
+                self._notify_finished(refinish)
+                time.sleep(0.05)  # (the last one raised: the selector restarts, or is gone for good)
             with self._cond:
                 # (a lease goes back first; and a handover not sent yet goes out: a process that took up its
                 # generation late may be told to freeze for the next before this thread looked, and the
@@ -139,7 +161,7 @@ class SelectorClient:
                     self._cond.notify_all()
                     self._cond.wait()
                 while not (self._out or self._sent or self._lease is not None or self._resync
-                           or self._handover or self._freezing) and not self._closed:
+                           or self._handover or self._freezing or self._refinish) and not self._closed:
                     if not self._running:
                         self._cond.wait()
                     elif not self._cond.wait(self._idle_check_s()):
@@ -147,6 +169,8 @@ class SelectorClient:
                 if self._closed:
                     return
                 if self._freezing and self._lease is None and self._handover is None:
+                    continue
+                if self._refinish and not self._freezing:  # (sent first, at the top of the loop)
                     continue
                 leased = self._lease is not None
                 out, self._out = ([], self._out) if leased else (self._out, [])
@@ -238,7 +262,7 @@ class SelectorClient:
     def _notify_preempted(self, stops: List[Stop]) -> None:
         ref = self._selector.preempted.remote(stops)
         with self._cond:  # (kept until done, as finishes are: a live switch waits for them)
-            self._finishing.append(ref)
+            self._finishing.append((ref, []))
 
     def _call_failed(self, handover: Optional[Handback]) -> None:
         """A call to the selector raised: it may have reached no incarnation, or one that died with what it
@@ -308,10 +332,18 @@ class SelectorClient:
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._parked or self._closed, timeout=timeout_s)
             finishing, self._finishing = self._finishing, []
-        try:
-            ray.get(finishing, timeout=timeout_s)
-        except Exception:
-            pass  # the selector died: the switch finds it restarted, and its successor rebuilds State
+            refinish, self._refinish = self._refinish, []
+        again = list(refinish)
+        for ref, ids in finishing:  # (one that raised is sent again: its failure's callback may not have run)
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except Exception:
+                again += ids
+        if again:
+            try:
+                ray.get(self._selector.finished.remote(sorted(set(again))), timeout=timeout_s)
+            except Exception:
+                pass  # the selector died: the switch finds it restarted, and its successor rebuilds State
         with self._cond:
             return Handover(arrived=list(self._sent.values()), new=list(self._out))
 
@@ -407,5 +439,12 @@ class SelectorClient:
 
 
 
-def _not_done(refs: List[Any]) -> List[Any]:
-    return ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[1]
+def _not_done(calls: List[Tuple[Any, List[str]]]) -> List[Tuple[Any, List[str]]]:
+    refs = [ref for ref, _ in calls]
+    waiting = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[1])
+    return [(ref, ids) for ref, ids in calls if ref in waiting]
+
+
+def _if_it_raises(ref: Any, then: Callable[[], None]) -> None:
+    """Call ``then`` (on a thread of Ray's) if the call whose result is ``ref`` raises."""
+    ref.future().add_done_callback(lambda done: then() if done.exception() is not None else None)
