@@ -3,7 +3,8 @@
 While a call to the selector is in flight, new submissions accumulate; the
 next call carries them all, so a loop of submissions costs one round trip
 per batch, not per task. Finish notifications go as they are collected (one
-call per batch of completions), fire and forget.
+call per batch of completions), fire and forget; one that raises is sent
+again (a finish is applied once, so a second copy changes nothing).
 
 While this process holds the selector's lease (:mod:`ray_adaptive.runtime.lease`),
 the selector's scheduler runs here instead: the whole policy over every
