@@ -51,6 +51,10 @@ def test_the_lowest_priority_is_chosen_stopped_after_its_grace_and_preempted_onc
     assert pre.stopped("low1", 0, 3.3) is None  # the same answer again: OnPreempt ran once
     assert s.interp.state["holding"] == 2
     assert pre.stats()["preemptions"] == 1 and pre.stats()["wasted_s"] == pytest.approx(3.2)
+    why = pre.explain_placed("high", None)  # why_placed names the task it displaced
+    assert (why["state"], why["node"], why["displaced"], why["displaced_run"]) == ("placed", "a", "low1", 0)
+    assert "in the place of low1, which it displaced" in why["why"]
+    assert pre.explain_placed("low2", None) is None  # (placed by an ordinary decision: its record says why)
     s.finish("low2", 5.0)  # room: the stopped task runs again (run 1)
     pre.finished("low2")
     [again] = s.decide(5.0)

@@ -453,8 +453,11 @@ class Selector:
             nominated = self._pre.explain(task_id) if out is not None and self._pre is not None else None
             if out is not None and nominated is not None:  # (it waits for a victim it chose: see selector_preempt)
                 out = {**out, **nominated, "why": f"{out['why']}; {nominated['preempting']}"}
-            if out is not None or self._fwd is None:
-                return out or explain_placed(self._s.records or (), task_id)
+            if out is not None:
+                return out
+            if self._fwd is None:  # (placed: in a victim's place, or by a decision it recorded)
+                placed = explain_placed(self._s.records or (), task_id)
+                return self._pre.explain_placed(task_id, placed) if self._pre is not None else placed
             placements = self._fwd.placements()
         for answer in ray.get([p.explain.remote(task_id) for p in placements], timeout=30):
             if answer is not None:

@@ -35,6 +35,7 @@ Every method expects the selector's lock held.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -82,6 +83,7 @@ class SelectorPreemption:
 
     RESEND_S = 2.0  # a stop not answered within this is asked again ...
     MAX_ASKS = 3  # ... this many times in all; then the nomination is dropped, and the task chooses again
+    DISPLACED_KEPT = 1000  # the recent placements in a victim's place ``why_placed`` can tell (as decision records)
 
     def __init__(self, sched: Scheduler):
         preempt = sched.interp.policy.preempt
@@ -97,6 +99,8 @@ class SelectorPreemption:
         self.wasted_s = 0.0  # seconds those runs had run (from their dispatch) when stopped
         self.spared = 0  # nominations undone: the victim finished in its grace, or its task went elsewhere
         self._arrivals = True  # tasks arrived since the last pass
+        # task placed in a victim's place -> (the victim, its run stopped, the node, the Preempt value, when)
+        self.displaced: "OrderedDict[str, Tuple[str, int, str, float, float]]" = OrderedDict()
         self._next_pass = 0.0
 
     # ------------------------------------------------------------------ what the selector tells it
@@ -258,6 +262,9 @@ class SelectorPreemption:
         except Exception:  # (its OnDispatch failed: it waits on, and an ordinary decision fails it)
             return victim, None
         self.started[nom.task.id] = now
+        self.displaced[nom.task.id] = (victim.id, run, node, nom.score, now)  # type: ignore[assignment]
+        while len(self.displaced) > self.DISPLACED_KEPT:
+            self.displaced.popitem(last=False)
         return victim, nom.task
 
     # ------------------------------------------------------------------ the clock, and what an operator sees
@@ -281,6 +288,19 @@ class SelectorPreemption:
         return {"victim": nom.victim.id, "victim_node": nom.node, "preempt_score": nom.score,
                 "grace_ends_at": round(nom.stop_at, 6), "stop_asked": nom.asked_at is not None,
                 "preempting": f"it displaces {nom.victim.id} on node {nom.node[:12]} (Preempt {nom.score:g}); {when}"}
+
+    def explain_placed(self, task_id: str, record: Optional[dict]) -> Optional[dict]:
+        """Why a task was placed where it runs, if it took a victim's place (else ``record``, the decision
+        record of its ordinary placement, unchanged): the task it displaced, that task's run stopped, the
+        node and the Preempt value -- unless ``record`` is newer (a later run placed by an ordinary decision)."""
+        got = self.displaced.get(task_id)
+        if got is None or record is not None and record.get("time", -math.inf) > got[4]:
+            return record
+        victim, run, node, score, at = got
+        return {"state": "placed", "node": node, "time": at, "displaced": victim, "displaced_run": run,
+                "preempt_score": score,
+                "why": f"placed on {node[:12]} in the place of {victim}, which it displaced (Preempt {score:g}): "
+                       f"run {run} of {victim} was stopped after its grace, and {victim} waited again"}
 
     def stats(self) -> Dict[str, Any]:
         return {"preemptions": self.preemptions, "wasted_s": round(self.wasted_s, 6), "nominated": len(self.by_task),
