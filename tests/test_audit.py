@@ -251,6 +251,29 @@ def test_a_switch_does_not_wait_for_a_submitting_process_that_died(runtime, monk
     assert entry["unacked"] == theirs and entry["freeze_s"] < 60, entry
 
 
+def test_a_submitting_process_lost_with_its_node_is_evicted(ray_cluster, runtime):
+    """The chaos run's last slow switches: a submitter lost with its node stays "alive" in the GCS worker
+    table for good (its raylet never reports its death), so the job watch never evicted it and every switch
+    waited the whole ack timeout for it. A worker whose node the GCS marks dead is dead."""
+    rt = runtime("decentralized")
+    far = ray_cluster.cluster.add_node(num_cpus=0, resources={"far": 1})  # (0 CPUs: no executor, no task)
+    release = os.path.join(tempfile.mkdtemp(prefix="ra-audit-"), "release")
+    try:
+        other = Submitter.options(resources={"far": 0.1}).remote()
+        ray.get(other.submit.remote(release, 2), timeout=60)
+        wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.placed == 2 and r.processes == 2, timeout=30)
+        ray_cluster.cluster.remove_node(far)
+        far = None
+        wait_for(lambda: [h for h in rt.history if "died, the job lives on" in h.get("reason", "")], timeout=30,
+                 message=lambda: f"the process lost with its node evicted: {rt.history[-2:]}")
+        report = wait_for(lambda: rt.audit(timeout_s=2), until=lambda r: r.settled and r.processes == 1, timeout=30)
+        assert report.exact and report.placed == 0, report.format()
+    finally:
+        open(release, "w").close()
+        if far is not None:
+            ray_cluster.cluster.remove_node(far)
+
+
 @ray.remote(num_cpus=0)
 class Busy:
     """A submitting process that keeps tasks of tenant ``c`` coming (short ones) until it has run ``n``."""

@@ -18,7 +18,8 @@ __all__ = ["dead_workers"]
 
 def dead_workers(worker_ids: Iterable[str]) -> Set[str]:
     """Of ``worker_ids`` (hex, as ``ray.get_runtime_context().get_worker_id()`` gives them), those the GCS
-    marks dead. A worker the table does not know is not reported (nothing is known of it)."""
+    marks dead, or whose node it marks dead. A worker the table does not know is not reported (nothing is
+    known of it)."""
     wanted = set(worker_ids)
     if not wanted:
         return set()
@@ -32,9 +33,18 @@ def dead_workers(worker_ids: Iterable[str]) -> Set[str]:
         state._check_connected()
         accessor = state.global_state_accessor
     dead: Set[str] = set()
+    alive: dict = {}  # worker -> its node, for those the table still marks alive
     for raw in accessor.get_worker_table():
         entry = gcs_pb2.WorkerTableData.FromString(raw)
         worker = entry.worker_address.worker_id.hex()
-        if worker in wanted and not entry.is_alive:
-            dead.add(worker)
+        if worker in wanted:
+            if entry.is_alive:
+                alive[worker] = entry.worker_address.node_id.hex()
+            else:
+                dead.add(worker)
+    if alive:  # a worker lost with its node stays "alive" in the table for good: its raylet never reports it
+        import ray
+
+        gone = {n["NodeID"] for n in ray.nodes() if not n["Alive"]}
+        dead.update(w for w, node in alive.items() if node in gone)
     return dead
