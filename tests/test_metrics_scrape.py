@@ -47,6 +47,13 @@ _RUN = textwrap.dedent('''
             return 1
 
     @ray.remote(num_cpus=1)
+    def gated(gate):  # (a low task runs until the gate opens: it is still running when its grace ends)
+        import os
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+        return gate
+
+    @ray.remote(num_cpus=1)
     def work(i):
         time.sleep(4 if i < 0 else 0.01)  # (the task's work: a long one holds its slot past a deadline)
         return i
@@ -80,12 +87,24 @@ _RUN = textwrap.dedent('''
         actors = [replicas.remote() for _ in range(3)]
         ray.get([a.ping.remote() for a in actors])
         ray.kill(actors[0])
+        # a preemption (issue 39): every executor runs a preemptible low task, a high task displaces one
+        import os, tempfile
+        gate = os.path.join(tempfile.mkdtemp(), "gate")
+        pre = ra.start("priority_preemptive", plan="centralized", queue=0, hold="caller", metrics_every_s=0.5)
+        urgent = ra.policy("priority_preemptive")(gated)
+        lows = [urgent.options(task={"priority": 0}, preemptible=True).remote(gate)
+                for _ in range(sum(n.executors for n in pre.topology.nodes if n.runs_tasks))]
+        open(gate + ".high", "w").close()  # (the high task's gate is open: it ends at once)
+        ray.get(urgent.options(task={"priority": 5}).remote(gate + ".high"), timeout=120)
+        open(gate, "w").close()
+        ray.get(lows, timeout=120)
         def exported(samples):  # the last export has reached the endpoint
             done = [v for labels, v in samples.get("ray_ray_adaptive_finishes_total", []) if labels.get("group") == "b"]
             alive = [v for _, v in samples.get("ray_ray_adaptive_actors_alive", [])]
             return samples.get("ray_ray_adaptive_drops_total") and sum(done) >= 20 + len(slow) \\
                 and samples.get("ray_ray_adaptive_switches_total") \\
-                and samples.get("ray_ray_adaptive_actor_ends_total") and alive and sum(alive) == 2
+                and samples.get("ray_ray_adaptive_actor_ends_total") and alive and sum(alive) == 2 \\
+                and samples.get("ray_ray_adaptive_preempted_wasted_seconds_total")
 
         samples = wait_for(lambda: scrape(lc.metrics_url()), timeout=60, period=0.5, until=exported,
                            message="the last export at the endpoint")
@@ -132,12 +151,20 @@ def test_the_counters_count_what_the_runtime_did(scraped):
     assert _total(s, "ray_ray_adaptive_drops_total", policy="drf_lb", group="c") == 1
     assert _total(s, "ray_ray_adaptive_switches_total", policy="drf_lb") == 1
     assert _total(s, "ray_ray_adaptive_decision_latency_s_count", policy="drf_lb") > 0
-    in_force = {tags["plan"]: v for tags, v in s["ray_ray_adaptive_plan_in_force"]}
+    in_force = {tags["plan"]: v for tags, v in s["ray_ray_adaptive_plan_in_force"] if tags.get("policy") == "drf_lb"}
     assert [p for p, v in in_force.items() if v == 1] == [p for p in in_force if p.startswith("decentralized")]
     # the last tasks finished a second or two ago: the 10 s window still counts them; the estimate
     # (at the measured load, idle by now) is there, whatever its value
     assert _total(s, "ray_ray_adaptive_goodput_measured", policy="drf_lb") > 0
     assert [tags for tags, _ in s["ray_ray_adaptive_goodput_estimated"] if tags.get("policy") == "drf_lb"]
+
+
+def test_the_preemption_counters_count_the_runs_stopped(scraped):
+    """Every executor ran a preemptible low task; one high task displaced one of them after its grace."""
+    s = scraped["samples"]
+    assert _total(s, "ray_ray_adaptive_preemptions_total", policy="priority_preemptive") == 1
+    assert _total(s, "ray_ray_adaptive_preempted_wasted_seconds_total", policy="priority_preemptive") > 0
+    assert _total(s, "ray_ray_adaptive_preemptions_total", policy="drf_lb") == 0
 
 
 def test_the_actor_metrics_count_the_policys_actors(scraped):

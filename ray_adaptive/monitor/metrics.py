@@ -2,35 +2,42 @@
 
 Each submitting process exports its own (Prometheus sums them by tags):
 
-==========================================  ==========  ==============  =====================================
-metric                                      kind        tags            what
-==========================================  ==========  ==============  =====================================
-``ray_adaptive_decisions_total``            counter     policy, group   tasks placed
-``ray_adaptive_drops_total``                counter     policy, group   tasks dropped at their deadline
-``ray_adaptive_finishes_total``             counter     policy, group   tasks finished
-``ray_adaptive_pending``                    gauge       policy, group   tasks waiting for a decision
-``ray_adaptive_decision_latency_s``         histogram   policy          decision latency (this process's)
-``ray_adaptive_arrival_rate``               gauge       policy          tasks/s arriving (last 10 s)
-``ray_adaptive_goodput_measured``           gauge       policy          tasks/s finished (last 10 s)
-``ray_adaptive_goodput_estimated``          gauge       policy          the compiler's estimate for the plan
-                                                                        in force at the measured load
-``ray_adaptive_plan_in_force``              gauge       policy, plan    1 for the plan in force, 0 before
-``ray_adaptive_switches_total``             counter     policy          live plan switches
-``ray_adaptive_outstanding``                gauge       policy          tasks queued or running on nodes
-``ray_adaptive_actors_alive``               gauge       policy          the policy's actors alive (placed,
-                                                                        not ended)
-``ray_adaptive_actor_arrivals_total``       counter     policy          actor creation requests
-``ray_adaptive_actor_placements_total``     counter     policy          actor placements (an actor that lost
-                                                                        its node is placed again: one more)
-``ray_adaptive_actor_ends_total``           counter     policy, kind    actor placements ended: ``dead``
-                                                                        (killed, exited, owner or node gone),
-                                                                        ``moved`` (its node died; restarted),
-                                                                        ``released`` (``ra.shutdown()`` here)
-==========================================  ==========  ==============  =====================================
+================================================  ==========  ==============  =====================================
+metric                                            kind        tags            what
+================================================  ==========  ==============  =====================================
+``ray_adaptive_decisions_total``                  counter     policy, group   tasks placed
+``ray_adaptive_drops_total``                      counter     policy, group   tasks dropped at their deadline
+``ray_adaptive_finishes_total``                   counter     policy, group   tasks finished
+``ray_adaptive_pending``                          gauge       policy, group   tasks waiting for a decision
+``ray_adaptive_decision_latency_s``               histogram   policy          decision latency (this process's)
+``ray_adaptive_arrival_rate``                     gauge       policy          tasks/s arriving (last 10 s)
+``ray_adaptive_goodput_measured``                 gauge       policy          tasks/s finished (last 10 s)
+``ray_adaptive_goodput_estimated``                gauge       policy          the compiler's estimate for the plan
+                                                                              in force at the measured load
+``ray_adaptive_plan_in_force``                    gauge       policy, plan    1 for the plan in force, 0 before
+``ray_adaptive_switches_total``                   counter     policy          live plan switches
+``ray_adaptive_preemptions_total``                counter     policy          runs of this process's tasks stopped
+                                                                              for a preemption (they ran again)
+``ray_adaptive_preempted_wasted_seconds_total``   counter     policy          seconds those runs had run, from their
+                                                                              dispatch to their stop (work lost)
+``ray_adaptive_outstanding``                      gauge       policy          tasks queued or running on nodes
+``ray_adaptive_actors_alive``                     gauge       policy          the policy's actors alive (placed,
+                                                                              not ended)
+``ray_adaptive_actor_arrivals_total``             counter     policy          actor creation requests
+``ray_adaptive_actor_placements_total``           counter     policy          actor placements (an actor that lost
+                                                                              its node is placed again: one more)
+``ray_adaptive_actor_ends_total``                 counter     policy, kind    actor placements ended: ``dead``
+                                                                              (killed, exited, owner or node gone),
+                                                                              ``moved`` (its node died; restarted),
+                                                                              ``released`` (``ra.shutdown()`` here)
+================================================  ==========  ==============  =====================================
 
-The actor metrics (issue 38; docs/runtime.md, *Actors*) appear once this
-process has submitted an actor of the policy; an actor is also a task to the
-other counters (a decision at its placement, a finish at its end).
+The preemption counters (issue 39; docs/language.md, *On Ray*) count the
+runs this process stopped when its selector asked (the seconds from its
+own dispatch of each). The actor metrics (issue 38; docs/runtime.md,
+*Actors*) appear once this process has submitted an actor of the policy;
+an actor is also a task to the other counters (a decision at its
+placement, a finish at its end).
 ``group`` is the runtime's ``group_by`` field (``tenant`` by default). Ray
 exports them with its own ``ray_`` prefix (``ray_ray_adaptive_pending``);
 ``examples/grafana/ray_adaptive.json`` plots them next to Ray's panels.
@@ -74,6 +81,10 @@ class RayMetrics:
             ("arrivals", "actor creation requests"), ("placements", "actor placements"))})
         self.counters["actor_ends"] = metrics.Counter("ray_adaptive_actor_ends_total", "actor placements ended",
                                                       ("policy", "kind"))
+        self.counters["preemptions"] = metrics.Counter("ray_adaptive_preemptions_total",
+                                                       "runs stopped for a preemption", p)
+        self.counters["wasted_s"] = metrics.Counter("ray_adaptive_preempted_wasted_seconds_total",
+                                                    "seconds the runs stopped for a preemption had run", p)
         self._last: Dict[tuple, float] = {}  # (counter, group or kind) -> value exported
         self._decided = 0  # this process's tasks decided, at the last export
         self._plan: Optional[str] = None
@@ -94,6 +105,8 @@ class RayMetrics:
             self._advance("drops", group, c["dropped"])
             self._advance("finishes", group, c["finished"])
         self.gauges["arrival_rate"].set(load["arrival_rate_per_s"], self.tag)
+        self._advance("preemptions", "", load.get("preemptions", 0), tag="")  # (issue 39; absent: none yet)
+        self._advance("wasted_s", "", load.get("wasted_s", 0.0), tag="")
         self.gauges["goodput_measured"].set(sum(c.get("goodput_per_s", 0.0) for c in load["groups"].values()), self.tag)
         if monitor.estimate is not None:
             self.gauges["goodput_estimated"].set(monitor.estimate, self.tag)
