@@ -118,16 +118,23 @@ def test_priority_preemptive_stops_low_tasks_for_high_ones_and_every_low_task_co
         work = ra.policy("h39_preemptive")(job)
         low = work.options(task={"priority": 0}, preemptible=True)
         gate = os.path.join(folder, "gate")  # (no low task ends before the high one started: none is spared)
+        high_gate = os.path.join(folder, "high_gate")  # (the high tasks run on while why_placed is asked)
         refs = {f"low{i}": low.remote(f"low{i}", 1.0, folder, gate) for i in range(slots)}  # every executor
         wait_for(lambda: len(markers(folder, "started")) == slots, timeout=60, message="every low task started")
         submitted = time.time()
         high = work.options(task={"priority": 10})  # (each placed once a low one stops)
-        futures = [high.submit(f"high{i}", 0.1, folder) for i in range(2)]
+        futures = [high.submit(f"high{i}", 0.1, folder, high_gate) for i in range(2)]
         why = wait_for(lambda: rt.why_pending(futures[0]), until=lambda w: "victim" in w or w["state"] != "pending",
                        timeout=30, message="why_pending names the victim the high task chose")
         assert why["state"] == "pending" and "displaces" in why["why"] and why["victim"].startswith(rt.router.client)
         highs = [f.result(timeout=60) for f in futures]
         placed = time.time()
+        # why_placed names the task each high one displaced: the victim why_pending named, each a different one
+        displaced = [rt.why_placed(f) for f in futures]
+        assert all(w["state"] == "placed" and w["displaced"].startswith(rt.router.client)
+                   and "displaced" in w["why"] and w["displaced"] in w["why"] for w in displaced), displaced
+        assert displaced[0]["displaced"] == why["victim"] and len({w["displaced"] for w in displaced}) == 2, displaced
+        open(high_gate, "w").close()
         high_started = min(started for _, started in ray.get(highs, timeout=60))
         grace = rt.policy.preempt.grace
         assert high_started >= submitted + grace - 0.05, "the victims ran on for their grace"
