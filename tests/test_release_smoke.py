@@ -119,11 +119,30 @@ def _preempt(d):
     assert d["state_after"] == {"holding": 0} and d["high_started_after_s"] >= d["grace_s"] - 0.05, d
 
 
+def _reclaim(d):
+    assert d["reach_target_s"] == d["timeout_s"] + d["task_s"], d
+    for r in (d["drf_lb"], d["drf_reclaim"]):
+        assert r["results_ok"] and r["completed_once"] and r["audit_exact"], r
+        assert 0 < r["jain"] <= 1 + 1e-9 and _positive(r["backlog_period_s"]), r
+        assert r["b_reaches_fair_share_after_s"] is not None, r
+    assert d["drf_lb"]["preemptions"] == 0 and d["drf_lb"]["stopped_runs"] == 0, d["drf_lb"]  # (no Preempt)
+    assert d["drf_reclaim"]["grace_s"] == 2, d["drf_reclaim"]
+
+
+def _aging(d):
+    for v in ("aging", "none"):
+        r = d[v]
+        assert r["results_ok"] and r["completed_once"] and _positive(r["low_started_after_s"]), r
+        assert r["high_tasks"] > 0 and 0 < r["high_busy_fraction_while_low_waited"] <= 1 + 1e-9, r
+    assert d["aging"]["target_s"] == d["max_age_s"] + 1.0, d["aging"]
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch, "bench_join": _join,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
-          "chaos": _chaos, "bench_actors": _actors, "preempt_ray": _preempt}
+          "chaos": _chaos, "bench_actors": _actors, "preempt_ray": _preempt,
+          "reclaim_ray": _reclaim, "aging_ray": _aging}
 
 
 def _release_tests() -> list:
