@@ -161,6 +161,51 @@ def test_priority_preemptive_stops_low_tasks_for_high_ones_and_every_low_task_co
         ra.shutdown()
 
 
+def test_a_live_switch_in_a_victims_grace_preempts_once_and_loses_nothing(ray_cluster, tmp_path):
+    """A live switch (a node joins: no executor, so no room for the high task there) while a high task's
+    victim runs its grace: the nomination is not carried -- the new generation's selector chooses again
+    -- and the high task still gets a low one's executor; one low run stopped in all, every low task
+    completing once with its own result, the State back to zero and the audit exact. (Here the switch
+    publishes about 0.7 s before the grace ends, measured; the test holds whichever comes first.)"""
+    folder = str(tmp_path)
+    rt = ra.start(parse_policy(COUNTED_PREEMPTIVE, name="h39_switch"), plan="centralized", queue=0, hold="caller")
+    joined = None
+    try:
+        slots = sum(n.executors for n in rt.topology.nodes if n.runs_tasks)
+        work = ra.policy("h39_switch")(job)
+        gate = os.path.join(folder, "gate")
+        refs = {f"low{i}": work.options(task={"priority": 0}, preemptible=True).remote(f"low{i}", 1.0, folder, gate)
+                for i in range(slots)}
+        wait_for(lambda: len(markers(folder, "started")) == slots, timeout=60, message="every low task started")
+        future = work.options(task={"priority": 10}).submit("high0", 0.1, folder)
+        why = wait_for(lambda: rt.why_pending(future), until=lambda w: "victim" in w or w["state"] != "pending",
+                       timeout=30, message="the high task's victim nominated")
+        before = len(rt.history)
+        joined = ray_cluster.cluster.add_node(num_cpus=0)  # (a live switch to the same plan: its nodes changed)
+        switch = wait_for(lambda: rt.history[before:], until=lambda h: any("joined" in e["reason"] for e in h),
+                          timeout=60, message=lambda: f"the switch for the node that joined: {rt.history[before:]}")[-1]
+        published = switch["time"] + switch["build_s"] + switch["prepare_s"] + switch["freeze_s"] - rt.topology.t0
+        print(f"nominated, grace ends at {why.get('grace_ends_at')}; the switch published at {published:.3f} s")
+        assert ray.get(future.result(timeout=60), timeout=60)[0] == "high0 done"
+        open(gate, "w").close()
+        results = ray.get(list(refs.values()), timeout=120)
+        assert [r for r, _ in results] == [f"{name} done" for name in refs]
+        done = [f for f in os.listdir(folder) if f.endswith(".done")]
+        assert sorted(done) == sorted(f"{name}.done" for name in [*refs, "high0"])  # each completed once
+        starts = collections.Counter(m.split(".")[0] for m in markers(folder, "started"))
+        assert sorted(starts.values()) == [1] * slots + [2], starts  # one low run stopped (started twice), in all
+        assert rt.router.stats.preempted == 1
+        wait_for(lambda: rt.export()["selector"], until=lambda s: not s["running"] and not s["pending"], timeout=30)
+        assert rt.export()["selector"]["state"] == {"holding": 0}
+        report = rt.audit()
+        assert report.exact, report
+    finally:
+        open(os.path.join(folder, "gate"), "w").close()
+        ra.shutdown()
+        if joined is not None:
+            ray_cluster.cluster.remove_node(joined)
+
+
 def test_preemptible_is_checked_early_and_refused_for_actors(ray_cluster):
     fn = ra.policy("priority_preemptive")(job)
     with pytest.raises(TypeError, match="preemptible must be True or False, got 'yes'"):
