@@ -119,6 +119,18 @@ def _preempt(d):
     assert d["state_after"] == {"holding": 0} and d["high_started_after_s"] >= d["grace_s"] - 0.05, d
 
 
+def _scheduler_bound(d):
+    assert d["plain_noop"]["tasks"] > 0 and _positive(d["plain_noop"]["tasks_per_s"]), d["plain_noop"]
+    policy = [r for r in d["rows"] if r["plan"] != "plain"]
+    assert {r["architecture"] for r in policy} == {"centralized", "decentralized", "hybrid"}
+    assert {r["rate"] for r in d["rows"] if r["plan"] == "plain"} == set(d["rates"])
+    for r in d["rows"]:
+        assert r["ran"] + r["dropped"] == r["arrived"] > 0 and r["goodput"] > 0 and 0 < r["jfi"] <= 1 + 1e-9, r
+    for r in policy:
+        assert r["decisions"] > 0 and _positive(r["decision_p50_ms"]), r
+        assert _positive(r["est_throughput"]) and _positive(r["est_competitive_ratio"]) and r["compiler_choice"], r
+
+
 def _reclaim(d):
     assert d["reach_target_s"] == d["timeout_s"] + d["task_s"], d
     for r in (d["drf_lb"], d["drf_reclaim"]):
@@ -142,7 +154,8 @@ CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compi
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
           "chaos": _chaos, "bench_actors": _actors, "preempt_ray": _preempt,
-          "reclaim_ray": _reclaim, "aging_ray": _aging}
+          "reclaim_ray": _reclaim, "aging_ray": _aging,
+          "scheduler_bound": _scheduler_bound}
 
 
 def _release_tests() -> list:
