@@ -174,7 +174,7 @@ def _actor_sample(rt) -> dict:
     from ray_adaptive._private.actors import actor_key, call_in_actor
 
     if rt is None:
-        return {"cpu": {}, "decisions": 0, "latencies": []}
+        return {"cpu": {}, "decisions": 0, "latencies": [], "machine": _machine_cpu()}
     topo = rt.topology
     roles = {actor_key(topo.store): "store"}
     if topo.selector is not None:
@@ -183,11 +183,22 @@ def _actor_sample(rt) -> dict:
     for a in topo.actors():
         role = roles.get(actor_key(a), "placements")
         cpu[role] = cpu.get(role, 0.0) + ray.get(call_in_actor(a, _cpu_of), timeout=30)
-    out = {"cpu": cpu, "decisions": 0, "latencies": []}
+    out = {"cpu": cpu, "decisions": 0, "latencies": [], "machine": _machine_cpu()}
     if topo.selector is not None:
         out["decisions"] = ray.get(topo.selector.stats.remote(), timeout=30)["decisions"]
         out["latencies"] = ray.get(topo.selector.decision_latencies.remote(), timeout=30)
     return out
+
+
+def _machine_cpu() -> tuple:
+    """(busy, total) jiffies of every CPU of this machine so far (/proc/stat; (0, 0) elsewhere)."""
+    try:
+        with open("/proc/stat") as fh:
+            x = [int(v) for v in fh.readline().split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = x[3] + (x[4] if len(x) > 4 else 0)
+    return sum(x) - idle, sum(x)
 
 
 def _tenants_arrivals(rate: float, seconds: float, seed: int) -> dict:
@@ -209,6 +220,8 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
     lat = [x for t in arrivals for x in outs[t]["latencies"]] + after["latencies"][len(before["latencies"]):]
     actors = {k: round(after["cpu"].get(k, 0.0) - before["cpu"].get(k, 0.0), 3) for k in after["cpu"]}
     sub_cpu = sum(o["cpu_s"] for o in outs.values())
+    busy = after["machine"][0] - before["machine"][0]
+    jiffies = after["machine"][1] - before["machine"][1]
     row = {
         "plan": plan, "architecture": arch, "rate": rate,
         "offered": round(sum(offered.values()), 1), "goodput": round(total, 1),
@@ -216,12 +229,17 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
         "jfi": round(jain_index(list(ratios.values())), 4),
         "ran": ran, "arrived": sum(len(a) for a in arrivals.values()),
         "dropped": sum(not ok for o in outs.values() for *_, ok in o["tasks"]),
+        # not placed within the timeout (the runtime's deadline_s) / placed, but started after it
+        "dropped_unplaced": {t: sum(s is None for _, s, _, _ in outs[t]["tasks"]) for t in sorted(outs)},
+        "dropped_late": {t: sum(s is not None and not ok for _, s, _, ok in outs[t]["tasks"]) for t in sorted(outs)},
         "decisions": len(lat),
         "decision_p50_ms": round(1e3 * _pct(lat, 0.5), 3) if lat else None,
         "decision_p99_ms": round(1e3 * _pct(lat, 0.99), 3) if lat else None,
         "selector_decisions_per_s": round((after["decisions"] - before["decisions"]) / seconds, 1),
         "actor_cpu_s": actors,
         "submitter_cpu_s": round(sub_cpu, 3),
+        "submitter_cpu_s_by_tenant": {t: round(outs[t]["cpu_s"], 3) for t in sorted(outs)},
+        "machine_busy_cores": round(os.cpu_count() * busy / jiffies, 2) if jiffies else None,
         "submitter_submit_cpu_s": round(sum(o["submit_cpu_s"] for o in outs.values()), 3),
         "cpu_us_per_task_submitters": round(1e6 * sub_cpu / max(1, ran)),
         "cpu_us_per_task_actors": round(1e6 * sum(actors.values()) / max(1, ran)),
@@ -261,7 +279,9 @@ def _sweep(Submitter, plan: Optional[str], rates, args, nodes: int) -> List[dict
                   f"dropped {row['dropped']}, decision p50/p99 {row['decision_p50_ms']}/{row['decision_p99_ms']} ms, "
                   f"selector {row['selector_decisions_per_s']}/s, actor CPU {row['actor_cpu_s']} s, submitters "
                   f"{row['submitter_cpu_s']} s ({row['cpu_us_per_task_submitters']} us/task), lag "
-                  f"{row['submit_lag_s']} s", flush=True)
+                  f"{row['submit_lag_s']} s; by tenant CPU {row['submitter_cpu_s_by_tenant']}, unplaced "
+                  f"{row['dropped_unplaced']}, late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy",
+                  flush=True)
     finally:
         for s in subs.values():
             ray.kill(s)
