@@ -334,15 +334,16 @@ class SelectorClient:
             self._cond.wait_for(lambda: self._parked or self._closed, timeout=timeout_s)
             finishing, self._finishing = self._finishing, []
             refinish, self._refinish = self._refinish, []
-        again = list(refinish)
+        again, deadline = list(refinish), time.monotonic() + timeout_s
         for ref, ids in finishing:  # (one that raised is sent again: its failure's callback may not have run)
             try:
-                ray.get(ref, timeout=timeout_s)
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except Exception:
                 again += ids
         if again:
             try:
-                ray.get(self._selector.finished.remote(sorted(set(again))), timeout=timeout_s)
+                left = max(0.1, deadline - time.monotonic())
+                ray.get(self._selector.finished.remote(sorted(set(again))), timeout=left)
             except Exception:
                 pass  # the selector died: the switch finds it restarted, and its successor rebuilds State
         with self._cond:
