@@ -40,6 +40,36 @@ def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message="",
         time.sleep(period)
 
 
+def state_in_force(rt) -> dict:
+    """The State the runtime ``rt`` decides on now, as this process reads it: its own while it holds the
+    selector's lease or decides itself (a plan without a selector), else the selector's. This process is
+    read first, so a lease it handed back before that left the State at the selector; a selector that
+    says it leased its State while this process held no lease when read has a grant on its way (a lone
+    submitter may lease the idle selector again at any time: see ``runtime.lease``), and both are read
+    again -- for 20 s at most: a grant that never arrives is a lost lease. So is a selector retired by a
+    live switch meanwhile (a node's leave): the next one holds the State."""
+    import ray
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            ex = rt.export()
+        except ray.exceptions.RayActorError:
+            ex = None
+        if ex is not None:
+            caller, selector = ex["caller"], ex.get("selector")
+            if "lease" in caller:
+                return caller["lease"]["state"]
+            if selector is None:
+                return caller["state"]
+            if selector.get("leased_to") is None:
+                return selector["state"]
+        if time.monotonic() > deadline:
+            where = "the selector could not be read" if ex is None else f"the selector says {selector['leased_to']} holds its lease"
+            raise AssertionError(f"no State in force found in 20 s: {where}, and this process holds none")
+        time.sleep(0.05)
+
+
 class RaisingThread(threading.Thread):
     """A thread whose error reaches the test: :meth:`join` raises it (a plain thread's error is only
     printed, and the test goes on as if the thread had ended normally)."""

@@ -26,7 +26,7 @@ import ray_adaptive as ra
 from ray_adaptive import resources
 from ray_adaptive.dsl import parse_policy
 from ray_adaptive.runtime.actor_life import actor_stats
-from tests.conftest import wait_for
+from tests.conftest import state_in_force, wait_for
 
 COUNTED = """
 // least-loaded, counting each hook's runs in State
@@ -73,29 +73,8 @@ class Replica:
         return os.getpid()
 
 
-def _state(rt) -> dict:
-    """The policy's State as the plan in force holds it: the selector's (unless it leased it to this
-    process), else this process's (the only submitting one: its replica saw every hook). A lease moving
-    between the two reads is read again."""
-    deadline = time.monotonic() + 20  # (a live switch -- a node's leave -- hands State over meanwhile)
-    while time.monotonic() < deadline:
-        try:
-            ex = rt.export()
-        except ray.exceptions.RayActorError:  # (a live switch retired the selector read: the next one holds it)
-            time.sleep(0.05)
-            continue
-        selector = ex.get("selector")
-        if selector is not None and selector.get("leased_to") is None:
-            return selector["state"]
-        caller = ex["caller"]
-        if "state" in caller or "lease" in caller:
-            return caller["state"] if "state" in caller else caller["lease"]["state"]
-        time.sleep(0.05)
-    raise AssertionError("no State found in 20 s")
-
-
 def _held(rt) -> dict:
-    return {n: k for n, k in _state(rt)["held"].items() if k}
+    return {n: k for n, k in state_in_force(rt)["held"].items() if k}
 
 
 def _start(plan, **kw):
@@ -140,18 +119,18 @@ def test_actors_spread_and_a_killed_one_frees_its_place(ray_cluster, plan):
         wait_for(lambda: rt.router.outstanding().get(where[0]), until=lambda k: k == 1, timeout=20,
                  message="the killed actor's end harvested")
         if plan != "hybrid":
-            wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 1 and s["held"][where[0]] == 1,
+            wait_for(lambda: state_in_force(rt), until=lambda s: s["finishes"] == 1 and s["held"][where[0]] == 1,
                      timeout=10)
         time.sleep(0.5)  # (no second OnFinish comes later)
         assert rt.stats()["finished"] == 1
         if plan != "hybrid":
-            assert _state(rt)["finishes"] == 1
+            assert state_in_force(rt)["finishes"] == 1
 
         handles.append(cls.options(task={}).remote())
         assert ray.get(handles[-1].node.remote(), timeout=60) == where[0]  # the place the killed one left
         _ended_everywhere(rt, handles[1:])
         if plan != "hybrid":
-            wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 9 and s["dispatches"] == 9
+            wait_for(lambda: state_in_force(rt), until=lambda s: s["finishes"] == 9 and s["dispatches"] == 9
                      and not any(s["held"].values()), timeout=10)
         assert rt.stats()["finished"] == 9
     finally:
@@ -169,16 +148,16 @@ def test_an_actor_that_exits_its_handle_dropped_or_its_constructor_failing_ends_
         handles += [cls.options(task={}).remote() for _ in range(2)]
         ray.get([h.node.remote() for h in handles], timeout=60)
         handles[0].exit.remote()  # its own exit
-        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 1, timeout=20, message="the exit's OnFinish")
+        wait_for(lambda: state_in_force(rt), until=lambda s: s["finishes"] == 1, timeout=20, message="the exit's OnFinish")
         handles.clear()  # the last handle of the other gone: Ray ends it
-        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 2, timeout=20, message="the drop's OnFinish")
+        wait_for(lambda: state_in_force(rt), until=lambda s: s["finishes"] == 2, timeout=20, message="the drop's OnFinish")
         broken = cls.options(task={}).remote(0, str(tmp_path / "missing"))  # its constructor raises
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(broken.node.remote(), timeout=60)
-        wait_for(lambda: _state(rt), until=lambda s: s["finishes"] == 3 and not any(s["held"].values()),
+        wait_for(lambda: state_in_force(rt), until=lambda s: s["finishes"] == 3 and not any(s["held"].values()),
                  timeout=20, message="the failed constructor's OnFinish")
         time.sleep(0.5)
-        assert (_state(rt)["finishes"], _state(rt)["dispatches"], rt.stats()["finished"]) == (3, 3, 3)
+        assert (state_in_force(rt)["finishes"], state_in_force(rt)["dispatches"], rt.stats()["finished"]) == (3, 3, 3)
     finally:
         _shut_down(handles)
     wait_for(lambda: not resources.created_resources(), timeout=10)
@@ -202,7 +181,7 @@ def test_an_actor_whose_process_dies_on_a_live_node_restarts_in_place_without_a_
         assert wait_for(where, timeout=60, period=0.1) == home  # Ray restarted it there (its resource)
         assert ray.get(handles[0].pid.remote(), timeout=10) != pid  # (a new process: it was restarted)
         time.sleep(1.0)  # (a few of the watch's looks)
-        s = _state(rt)
+        s = state_in_force(rt)
         assert (s["dispatches"], s["finishes"], _held(rt)) == (1, 0, {home: 1}), s
         assert rt.router.outstanding() == {home: 1}
     finally:
@@ -250,7 +229,7 @@ def test_a_lost_node_ends_its_actors_once_and_restartable_ones_are_placed_again(
         assert (rt.stats()["finished"], rt.stats()["dispatched"]) == (2, 2 * len(nodes) + 1)
         assert _held(rt) == {**{n: 2 for n in nodes if n != lost}, new_home: 3}
         _ended_everywhere(rt, [h for h in once + twice if h is not gone])
-        wait_for(lambda: _state(rt), until=lambda s: not any(s["held"].values()), timeout=10)
+        wait_for(lambda: state_in_force(rt), until=lambda s: not any(s["held"].values()), timeout=10)
     finally:
         _shut_down(handles)
         if extra is not None:
@@ -310,7 +289,7 @@ def test_a_crashed_submitting_process_takes_its_actors_share_out_of_the_state_on
     rt = _start(plan)
 
     def held():  # the State in force: the selector's, or the replicas' merged at the store
-        s = _state(rt) if plan == "centralized" else ray.get(rt.topology.store.state.remote(), timeout=10)
+        s = state_in_force(rt) if plan == "centralized" else ray.get(rt.topology.store.state.remote(), timeout=10)
         return {n: k for n, k in s["held"].items() if k}
 
     handles: list = []
@@ -365,7 +344,7 @@ def test_actors_and_tasks_share_drf_state(ray_cluster):
                  message="actors of tenant a placed")
         shares = []
         for _ in range(10):  # under backlog: both tenants wait
-            alloc = _state(rt)["alloc"]
+            alloc = state_in_force(rt)["alloc"]
             shares.append([max(x / c for x, c in zip(alloc.get(t, [0, 0, 0]), [1.5, 2.0, 1.0])) for t in "ab"])
             time.sleep(0.2)
         one_task = max(x / c for x, c in zip(vec, [1.5, 2.0, 1.0]))

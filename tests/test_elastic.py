@@ -14,7 +14,7 @@ import ray_adaptive as ra
 from ray_adaptive import resources
 from ray_adaptive._private.actors import call_in_actor
 from ray_adaptive.runtime.topology import NAMESPACE, actor_name
-from tests.conftest import NUM_NODES as NODES, wait_for
+from tests.conftest import NUM_NODES as NODES, state_in_force, wait_for
 
 VEC = [1.0, 0.5, 0.0]
 
@@ -73,12 +73,7 @@ def _check_once(out: list, refs: list, folder, left: str = "") -> None:
 
 
 def _drf_alloc(rt) -> dict:
-    """DRF-LB's allocations as the plan in force holds them: the selector's, or this process's while it holds
-    the selector's lease or decides itself (the only submitting process: its replica saw every hook)."""
-    ex = rt.export()
-    selector = ex.get("selector")
-    state = selector["state"] if selector is not None and selector.get("leased_to") is None else ex["caller"]["state"]
-    return {k: list(v) for k, v in state["alloc"].items()}
+    return {k: list(v) for k, v in state_in_force(rt)["alloc"].items()}
 
 
 def test_a_node_without_cpus_gets_no_task_and_every_task_completes(ray_cluster, tmp_path):

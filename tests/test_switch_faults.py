@@ -163,6 +163,14 @@ def test_a_node_that_dies_while_a_switch_builds_its_generation_loses_nothing(ray
     assert resources.created_resources() == {}
 
 
+def _raises_actor_died(actor) -> bool:
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=10)
+        return False
+    except ray.exceptions.RayActorError:
+        return True
+
+
 def test_a_placement_actor_dead_when_a_restarted_hybrid_selector_empties_it_is_lost_not_fatal(ray_cluster):
     """A restarted hybrid selector empties its placement actors first. One killed between the selector's
     look-up and that reset is lost, as one that dies later is -- its error raised in the selector's
@@ -179,6 +187,8 @@ def test_a_placement_actor_dead_when_a_restarted_hybrid_selector_empties_it_is_l
     live, dead = Reset.remote(), Reset.remote()
     ray.get([live.__ray_ready__.remote(), dead.__ray_ready__.remote()])
     ray.kill(dead, no_restart=True)
+    # ray.kill is asynchronous: a reset sent at once may still run on the actor
+    wait_for(lambda: _raises_actor_died(dead), timeout=30, message="the killed actor dead")
     fwd = Forwarder([live, dead], th.Condition(), lambda: 0.0, lambda ids, now: None, lambda *a: True, lambda now: None)
     try:
         fwd.start(restarted=True)
