@@ -24,10 +24,11 @@ import ray
 
 from ray_adaptive.compiler import analyze, enumerate_plans, lower
 from ray_adaptive.dsl import load_policy
-from ray_adaptive.plan import Role, role_specs
+from ray_adaptive.plan import Role, lease_spec, role_specs
 from ray_adaptive.plan.replicas import copy_state
 from ray_adaptive.plan.scheduler import NodeState, TaskState
 from ray_adaptive.runtime import background
+from ray_adaptive.runtime.lease import LeaseDesk
 from ray_adaptive.runtime.selector import Selector
 from ray_adaptive.runtime.selector_client import SelectorClient
 
@@ -119,8 +120,8 @@ def world(monkeypatch):
     monkeypatch.setattr(SelectorClient, "IDLE_CHECK_S", 0.01)
     monkeypatch.setattr(background, "get", lambda ref, timeout=None: ref.result(WAIT_S * 3))
 
-    def selector() -> Selector:
-        return Selector(spec, nodes, (), 0.0, wait_s=0.0, lease=False, awaiting_state=True)
+    def selector(lease: bool = False) -> Selector:
+        return Selector(spec, nodes, (), 0.0, wait_s=0.0, lease=lease, awaiting_state=True)
 
     clients: List[SelectorClient] = []
 
@@ -133,6 +134,12 @@ def world(monkeypatch):
             restarted[0] = True
             self.handle.selector = selector()
 
+        def leasing(self) -> None:
+            """The selector in place leases to a lone client (as a centralized plan's does), and the
+            clients made from now on can hold its lease."""
+            self.handle.selector = selector(lease=True)
+            self.lease_spec = lease_spec(plan)
+
         def state_with(self, running: List[TaskState]) -> dict:
             """The State a switch hands over: the initial one plus the OnDispatch of ``running``."""
             s = spec.scheduler(nodes)
@@ -140,7 +147,7 @@ def world(monkeypatch):
             return copy_state(s.interp.state)
 
         def process(self, name: str) -> SelectorClient:
-            c = SelectorClient(name, self.handle, None, nodes, 0.0)
+            c = SelectorClient(name, self.handle, getattr(self, "lease_spec", None), nodes, 0.0)
             clients.append(c)
 
             def launched(tasks: List[TaskState]) -> None:
@@ -378,6 +385,29 @@ def test_a_freeze_right_after_a_resume_lets_the_handover_land_first(world):
     held = frozen.result(WAIT_S * 3)
     _assert_exact(world, ["c-r"] + [t for t in world.decided if t == "c-t"])  # (the handover's OnDispatch)
     assert sorted(t.id for t in held.arrived) == ([] if "c-t" in world.decided else ["c-t"])
+
+
+def test_a_lease_whose_grant_never_reached_its_client_is_taken_back_at_its_next_call(world):
+    """A lone client's call is answered with the selector's lease, and the answer is lost (the call raises in
+    the client; the selector lives on). The selector held the client for the holder and answered each of
+    its next calls as the holder's long poll (a Recall, nothing decided): its tasks waited for ever --
+    what a test of actors on a lost node saw once as a selector "leased to" a process that held no lease.
+    A call made without the lease by the client the selector takes for the holder takes the lease back."""
+    world.leasing()
+    world.handle.selector.install(world.state_with([]))
+    c = world.process("c")
+    c.resume([], [], [], rebuild=False)
+    world.handle.deliver(world.handle.next("exchange"))  # (the empty handover)
+    time.sleep(LeaseDesk.QUIET_S)  # (a selector installed by a switch grants nothing for that long)
+    c.submit([_task("c-t")])
+    call = world.handle.next("exchange")
+    while not call.args[1]:  # (idle polls before the submission's call)
+        world.handle.deliver(call)
+        call = world.handle.next("exchange")
+    world.handle.deliver(call, answer_lost=True)
+    assert world.handle.selector._desk.holder == "c"  # (granted: the answer was the lease)
+    _settle(world, c, want_decided=1)
+    assert world.decided == ["c-t"]
 
 
 def test_decisions_whose_answer_was_lost_by_a_live_selector_are_sent_again(world):

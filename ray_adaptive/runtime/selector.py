@@ -197,16 +197,23 @@ class Selector:
         self._mail.setdefault(client, []).append((tid, node))
         return True
 
-    def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[Handback] = None) -> Reply:
+    def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[Handback] = None,
+                 holding: bool = False) -> Reply:
         """A client's new tasks (and running ones it hands over, ``handback``): :class:`Decisions` for
         that client's tasks, a :class:`Lease` (its tasks back, undecided, with State), or, to the
-        holder of the lease, a :class:`Recall`."""
+        holder of the lease, a :class:`Recall`. ``holding``: the client holds this selector's lease."""
         with self._cond:
             if not self._installed:  # (a switch installs the State before any process is told to come)
                 self._cond.wait_for(lambda: self._installed or self._closed, timeout=30.0)
             now = self._now()
             desk = self._desk
             desk.heard(client)
+            if desk.holder == client and not holding and (handback is None or handback.state is None):
+                # the holder calls without the lease: the answer that granted it never reached it (the call
+                # raised in the client). Its State is still this one -- nobody decided under it -- so it
+                # is taken back at once; else every call of a lone client was answered as the holder's
+                # long poll, and its tasks waited for ever.
+                self._end_lease()
             if handback is not None:
                 self._take_back(client, handback)
             if desk.holder == client:  # the holder's long poll: answered at a recall

@@ -188,7 +188,7 @@ class SelectorClient:
             try:
                 answered = False
                 try:
-                    reply = background.get(self._selector.exchange.remote(self.client, out, rebuild))
+                    reply = background.get(self._selector.exchange.remote(self.client, out, rebuild, leased))
                     answered = True
                 finally:
                     if rebuild is not None and (answered or not handover):  # (a handover sent again: they wait)
