@@ -21,6 +21,10 @@ and offered rate, over the steady window (from ``--warm-s`` after the first
 arrival to the last arrival):
 
 * ``goodput``: tasks that ran and ended in the window, per second; per tenant too;
+* ``placed``: tasks placed within their deadline, by their start in the window, per second (per tenant
+  ``placed_by_tenant``, fairness ``jfi_placed``): the compiler's and the cluster model's goodput, which
+  counts a task placed in time as served. A task placed just in time can still start after its
+  deadline (it then returns without running): ``goodput`` leaves it out, ``placed`` counts it;
 * ``jfi``: Jain's index of the tenants' service ratios -- goodput over the
   max-min fair share of the goodput delivered in all (the tenants' offered
   rates as demands): 1 when what was delivered was shared fairly;
@@ -34,6 +38,15 @@ arrival to the last arrival):
   of the submitting processes over the run, per task that ran; the
   selector's decisions per second; how far behind its arrivals each
   submitting process fell (``submit_lag_s``: 0 when it kept the open loop).
+
+Where a plan has a selector, where its slots go: its queues sampled every
+0.25 s over the steady window -- ``slots_by_tenant`` (the mean number of
+each tenant's tasks it counts running, the room it decides against: nodes x
+(executors + queue)) and ``pending_by_tenant`` -- and each tenant's
+``slot_cycle_ms`` (slots held / tasks placed per second: Little's law, the
+time one placement holds its room, decision to finish notification), and
+``oldest_running_s`` (the longest any task stayed counted running, across
+samples: a task whose finish never came back would stay).
 
 The reference ceiling of this machine, in the same run, from the same kind of
 submitting processes: plain ``@ray.remote`` tasks (``plan`` = ``plain``) at
@@ -190,6 +203,66 @@ def _actor_sample(rt) -> dict:
     return out
 
 
+class _SelectorSampler:
+    """The selector's queues every ``every_s`` from a thread, over one run (see the module doc)."""
+
+    def __init__(self, rt, every_s: float = 0.25):
+        import threading
+
+        self._selector = rt.topology.selector if rt is not None else None
+        self.every_s = every_s
+        self.samples: List[tuple] = []  # (time, {tenant: running}, {tenant: pending}, running ids)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True) if self._selector is not None else None
+
+    def __enter__(self) -> "_SelectorSampler":
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        import collections
+
+        import ray
+
+        selector = self._selector
+        assert selector is not None  # (the thread runs only with a selector)
+        while not self._stop.is_set():
+            try:
+                ex: dict = ray.get(selector.export.remote(), timeout=10)
+            except Exception:  # (a slow answer under overload: that sample is missing)
+                continue
+            tenant = lambda tasks: collections.Counter(t["fields"]["tenant"] for t in tasks)  # noqa: E731
+            self.samples.append((time.time(), tenant(ex["running"]), tenant(ex["pending"]),
+                                 {t["id"] for t in ex["running"]}))
+            self._stop.wait(self.every_s)
+
+    def figures(self, t0: float, window: tuple, placed_per_s: Dict[str, float]) -> dict:
+        """Mean slots and pending per tenant over ``window`` (s after ``t0``), slot cycle per tenant (ms)."""
+        inside = [x for x in self.samples if window[0] <= x[0] - t0 < window[1]]
+        if not inside:
+            return {}
+        tenants = sorted(placed_per_s)
+        slots = {t: sum(x[1].get(t, 0) for x in inside) / len(inside) for t in tenants}
+        first: Dict[str, float] = {}
+        last: Dict[str, float] = {}
+        for when, _, _, ids in self.samples:
+            for i in ids:
+                first.setdefault(i, when)
+                last[i] = when
+        return {"slots_by_tenant": {t: round(slots[t], 2) for t in tenants},
+                "pending_by_tenant": {t: round(sum(x[2].get(t, 0) for x in inside) / len(inside), 1) for t in tenants},
+                "slot_cycle_ms": {t: round(1e3 * slots[t] / placed_per_s[t], 1) if placed_per_s[t] else None
+                                  for t in tenants},
+                "oldest_running_s": round(max((last[i] - first[i] for i in first), default=0.0), 2),
+                "selector_samples": len(inside)}
+
+
 def _machine_cpu() -> tuple:
     """(busy, total) jiffies of every CPU of this machine so far (/proc/stat; (0, 0) elsewhere)."""
     try:
@@ -214,9 +287,11 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
     span = seconds - warm_s
     offered = {t: sum(warm_s <= x < seconds for x in arrivals[t]) / span for t in arrivals}
     goodput = {t: sum(ok and warm_s <= e < seconds for _, _, e, ok in outs[t]["tasks"]) / span for t in arrivals}
+    placed = {t: sum(s is not None and warm_s <= s < seconds for _, s, _, _ in outs[t]["tasks"]) / span for t in arrivals}
     ran = sum(ok for t in arrivals for *_, ok in outs[t]["tasks"])
-    total = sum(goodput.values())
+    total, total_placed = sum(goodput.values()), sum(placed.values())
     ratios = service_ratios(goodput, offered, total) if total > 0 else {t: 0.0 for t in arrivals}
+    ratios_placed = (service_ratios(placed, offered, total_placed) if total_placed > 0 else {t: 0.0 for t in arrivals})
     lat = [x for t in arrivals for x in outs[t]["latencies"]] + after["latencies"][len(before["latencies"]):]
     actors = {k: round(after["cpu"].get(k, 0.0) - before["cpu"].get(k, 0.0), 3) for k in after["cpu"]}
     sub_cpu = sum(o["cpu_s"] for o in outs.values())
@@ -227,6 +302,8 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
         "offered": round(sum(offered.values()), 1), "goodput": round(total, 1),
         **{f"goodput_{t}": round(goodput[t], 1) for t in sorted(goodput)},
         "jfi": round(jain_index(list(ratios.values())), 4),
+        "placed": round(total_placed, 1), "placed_by_tenant": {t: round(placed[t], 1) for t in sorted(placed)},
+        "jfi_placed": round(jain_index(list(ratios_placed.values())), 4),
         "ran": ran, "arrived": sum(len(a) for a in arrivals.values()),
         "dropped": sum(not ok for o in outs.values() for *_, ok in o["tasks"]),
         # not placed within the timeout (the runtime's deadline_s) / placed, but started after it
@@ -269,18 +346,23 @@ def _sweep(Submitter, plan: Optional[str], rates, args, nodes: int) -> List[dict
             before = _actor_sample(rt)
             t0 = time.time() + 0.5
             refs = {t: subs[t].run.remote(t, arrivals[t], t0, args.task_ms, plain) for t in arrivals}
-            outs = dict(zip(refs, ray.get(list(refs.values()))))
+            with _SelectorSampler(rt) as sampler:
+                outs = dict(zip(refs, ray.get(list(refs.values()))))
             after = _actor_sample(rt)
             row = _row(name, arch, rate, arrivals, outs, before, after, args.seconds, args.warm_s)
+            row.update(sampler.figures(t0, (args.warm_s, args.seconds), row["placed_by_tenant"]))
             if rt is not None:
                 row["leases"] = ray.get(rt.topology.selector.stats.remote())["leases"] if rt.topology.selector else 0
             rows.append(row)
             print(f"[{name} @ {rate:g}/s] offered {row['offered']}, goodput {row['goodput']} tasks/s, JFI {row['jfi']}, "
+                  f"placed in time {row['placed']}/s {row['placed_by_tenant']}, JFI {row['jfi_placed']}, "
                   f"dropped {row['dropped']}, decision p50/p99 {row['decision_p50_ms']}/{row['decision_p99_ms']} ms, "
                   f"selector {row['selector_decisions_per_s']}/s, actor CPU {row['actor_cpu_s']} s, submitters "
                   f"{row['submitter_cpu_s']} s ({row['cpu_us_per_task_submitters']} us/task), lag "
                   f"{row['submit_lag_s']} s; by tenant CPU {row['submitter_cpu_s_by_tenant']}, unplaced "
-                  f"{row['dropped_unplaced']}, late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy",
+                  f"{row['dropped_unplaced']}, late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy"
+                  + (f"; selector slots {row['slots_by_tenant']}, slot cycle ms {row['slot_cycle_ms']}, pending "
+                     f"{row['pending_by_tenant']}, oldest running {row['oldest_running_s']} s" if "slots_by_tenant" in row else ""),
                   flush=True)
     finally:
         for s in subs.values():
@@ -329,6 +411,7 @@ def _estimates(rows: List[dict], args, nodes: int, per_node: int) -> None:
             est = min(r["offered"], e.throughput, bound)
             r.update(est_throughput=round(e.throughput, 1), est_competitive_ratio=round(e.competitive_ratio, 4),
                      est_goodput=round(est, 1), est_error=round(est / r["goodput"] - 1, 3) if r["goodput"] else None,
+                     est_error_placed=round(est / r["placed"] - 1, 3) if r["placed"] else None,
                      compiler_choice=c.choice.estimate.plan.name)
 
 
@@ -389,12 +472,14 @@ def main() -> None:
 
 
 def format_table(rows: List[dict]) -> str:
-    head = ("| rate | plan | offered | goodput (est, error) | JFI | est CR | decision p50 / p99 ms | selector dec/s "
-            "| CPU us/task: submitters / actors | lag s |")
+    head = ("| rate | plan | offered | goodput (est, error) | JFI | placed in time (error) | JFI placed | est CR "
+            "| decision p50 / p99 ms | selector dec/s | CPU us/task: submitters / actors | lag s |")
     out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         est = (f" ({r['est_goodput']}, {100 * r['est_error']:+.0f}%)" if r.get("est_error") is not None else "")
+        est_placed = (f" ({100 * r['est_error_placed']:+.0f}%)" if r.get("est_error_placed") is not None else "")
         out.append(f"| {r['rate']:g} | {r['plan']} | {r['offered']} | {r['goodput']}{est} | {r['jfi']} | "
+                   f"{r['placed']}{est_placed} | {r['jfi_placed']} | "
                    f"{r.get('est_competitive_ratio', '')} | {r['decision_p50_ms']} / {r['decision_p99_ms']} | "
                    f"{r['selector_decisions_per_s']} | {r['cpu_us_per_task_submitters']} / {r['cpu_us_per_task_actors']} | "
                    f"{r['submit_lag_s']} |")

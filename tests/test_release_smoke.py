@@ -126,9 +126,13 @@ def _scheduler_bound(d):
     assert {r["rate"] for r in d["rows"] if r["plan"] == "plain"} == set(d["rates"])
     for r in d["rows"]:
         assert r["ran"] + r["dropped"] == r["arrived"] > 0 and r["goodput"] > 0 and 0 < r["jfi"] <= 1 + 1e-9, r
+        assert r["placed"] > 0 and 0 < r["jfi_placed"] <= 1 + 1e-9, r
     for r in policy:
         assert r["decisions"] > 0 and _positive(r["decision_p50_ms"]), r
         assert _positive(r["est_throughput"]) and _positive(r["est_competitive_ratio"]) and r["compiler_choice"], r
+    for r in (r for r in policy if r["architecture"] != "decentralized"):  # (the selector's slots, sampled)
+        assert r["selector_samples"] > 0 and set(r["slots_by_tenant"]) == {"a", "b", "greedy"}, r
+        assert r["oldest_running_s"] < 5.0, r  # (2 ms tasks: one counted running for longer lost its finish)
 
 
 def _reclaim(d):
