@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class RayAdaptiveError(Exception):
     """Base of every error ray-adaptive raises on purpose."""
@@ -67,7 +69,19 @@ class ResourceError(RayAdaptiveError):
 
 
 class PlacementDeadlineExceeded(RayAdaptiveError, TimeoutError):
-    """A task with ``deadline_s`` was not placed by its deadline: it was dropped and never ran."""
+    """A task with ``deadline_s`` was not placed by its deadline: it was dropped and never ran.
+
+    ``placed_after_s``: None when no scheduler placed it in time; else how many seconds after its
+    submission a placement reached the submitting process -- decided just before the deadline, seen
+    after it, so not launched (its room went back at once). Many of these mean a backlog served oldest
+    first: decisions spent on tasks too old to use them (``rt.stats()["dropped_placed_late"]``)."""
+
+    def __init__(self, message: str, placed_after_s: Optional[float] = None):
+        super().__init__(message)
+        self.placed_after_s = placed_after_s
+
+    def __reduce__(self):  # (the attribute survives pickling: Ray carries errors between processes)
+        return type(self), (str(self), self.placed_after_s)
 
 
 class InfeasibleTaskError(RayAdaptiveError, ValueError):

@@ -25,6 +25,9 @@ arrival to the last arrival):
   ``placed_by_tenant``, fairness ``jfi_placed``): the compiler's and the cluster model's goodput, which
   counts a task placed in time as served. A task placed just in time can still start after its
   deadline (it then returns without running): ``goodput`` leaves it out, ``placed`` counts it;
+* drops per tenant: ``dropped_unplaced`` (not placed in time; of them ``dropped_placed_late``, placed by
+  the policy before the deadline but seen by their process after it -- decisions spent for nothing)
+  and ``dropped_late`` (placed in time, started after the deadline);
 * ``jfi``: Jain's index of the tenants' service ratios -- goodput over the
   max-min fair share of the goodput delivered in all (the tenants' offered
   rates as demands): 1 when what was delivered was shared fairly;
@@ -160,8 +163,8 @@ def _submitter_cls():
                 try:
                     refs.append(f.result())
                     offs.append(off)
-                except ra.PlacementDeadlineExceeded:
-                    out.append((off, None, None, False))
+                except ra.PlacementDeadlineExceeded as err:  # (end: when a placement came, too late; else None)
+                    out.append((off, None, err.placed_after_s, False))
             try:
                 got = ray.get(refs)
             except Exception:  # (one task's error: the others one by one)
@@ -308,6 +311,9 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
         "dropped": sum(not ok for o in outs.values() for *_, ok in o["tasks"]),
         # not placed within the timeout (the runtime's deadline_s) / placed, but started after it
         "dropped_unplaced": {t: sum(s is None for _, s, _, _ in outs[t]["tasks"]) for t in sorted(outs)},
+        # of them, placed by the policy before their deadline but seen by their process after it: decisions
+        # spent on tasks too old to use them (PlacementDeadlineExceeded.placed_after_s)
+        "dropped_placed_late": {t: sum(s is None and e is not None for _, s, e, _ in outs[t]["tasks"]) for t in sorted(outs)},
         "dropped_late": {t: sum(s is not None and not ok for _, s, _, ok in outs[t]["tasks"]) for t in sorted(outs)},
         "decisions": len(lat),
         "decision_p50_ms": round(1e3 * _pct(lat, 0.5), 3) if lat else None,
@@ -360,7 +366,7 @@ def _sweep(Submitter, plan: Optional[str], rates, args, nodes: int) -> List[dict
                   f"selector {row['selector_decisions_per_s']}/s, actor CPU {row['actor_cpu_s']} s, submitters "
                   f"{row['submitter_cpu_s']} s ({row['cpu_us_per_task_submitters']} us/task), lag "
                   f"{row['submit_lag_s']} s; by tenant CPU {row['submitter_cpu_s_by_tenant']}, unplaced "
-                  f"{row['dropped_unplaced']}, late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy"
+                  f"{row['dropped_unplaced']} (placed, seen late {row['dropped_placed_late']}), late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy"
                   + (f"; selector slots {row['slots_by_tenant']}, slot cycle ms {row['slot_cycle_ms']}, pending "
                      f"{row['pending_by_tenant']}, oldest running {row['oldest_running_s']} s" if "slots_by_tenant" in row else ""),
                   flush=True)

@@ -127,6 +127,7 @@ def _scheduler_bound(d):
     for r in d["rows"]:
         assert r["ran"] + r["dropped"] == r["arrived"] > 0 and r["goodput"] > 0 and 0 < r["jfi"] <= 1 + 1e-9, r
         assert r["placed"] > 0 and 0 < r["jfi_placed"] <= 1 + 1e-9, r
+        assert all(0 <= r["dropped_placed_late"][t] <= n for t, n in r["dropped_unplaced"].items()), r
     for r in policy:
         assert r["decisions"] > 0 and _positive(r["decision_p50_ms"]), r
         assert _positive(r["est_throughput"]) and _positive(r["est_competitive_ratio"]) and r["compiler_choice"], r

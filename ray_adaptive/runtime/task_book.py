@@ -75,7 +75,7 @@ class TaskBook:
                 elif state.node is None:  # the scheduler dropped it at its deadline (before expire did)
                     self.drop(task, "was not placed by then")
                 elif now > task.state.deadline:  # placed too late (before expire saw it)
-                    self.drop(task, f"was placed {now - state.arrival:.3f} s after submission")
+                    self.drop(task, f"was placed {now - state.arrival:.3f} s after submission", now - state.arrival)
             if task.error is not None:  # dropped before it costs a launch and a slot
                 del tasks[state.id]
                 if task.expired:  # the scheduler reached it: no longer in its queue
@@ -236,14 +236,16 @@ class TaskBook:
             self._monitor.finished(now, [TaskSpec(t.state.id, t.state.arrival, max(now - t.dispatched_at, 0.0),
                                                   fields=t.state.fields) for t in finished])
 
-    def drop(self, task: RoutedTask, when: str) -> None:
-        """Settle a task that missed its deadline."""
+    def drop(self, task: RoutedTask, when: str, placed_after_s: Optional[float] = None) -> None:
+        """Settle a task that missed its deadline (``placed_after_s``: its placement came, too late)."""
         self._stats.dropped += 1
+        if placed_after_s is not None:
+            self._stats.dropped_placed_late += 1
         if self._monitor is not None:
             self._monitor.dropped(task.state.fields)
         task.error = PlacementDeadlineExceeded(
             f"task {task.state.id} of policy {self._policy!r} {when}, past its deadline_s "
-            f"{task.state.deadline - task.state.arrival:g}; dropped without running")
+            f"{task.state.deadline - task.state.arrival:g}; dropped without running", placed_after_s)
 
     def tell(self, tasks: List[RoutedTask]) -> None:
         """Wake the callers of settled tasks that were not launched (the lock not held)."""
