@@ -143,3 +143,24 @@ def test_an_ungrouped_queue_never_places_a_task_past_its_deadline():
     assert [(t.id, t.node) for t in out] == [("l", None), ("f", "n0")]
     assert set(sched.running) == {"f"} and "b" not in sched.interp.state["alloc"]
 
+
+
+@pytest.mark.parametrize("queue", ["grouped", "ungrouped", "fifo"])
+def test_a_task_within_its_slack_of_the_deadline_is_dropped_the_others_placed(queue):
+    """A host's slack (the selector's: how long its decisions take to reach each process) moves the deadline
+    earlier per task: a task of a slow process with less time left than its slack is dropped unplaced --
+    placed, it would reach its process too late and hold a slot for nothing -- while a task of a fast
+    process with the same deadline is placed."""
+    policy = load_policy("drf_lb")
+    nodes = [NodeState(f"n{i}", i, 1, 0, {"CPU": 1.0}) for i in range(2)]
+    sched = Scheduler(policy, nodes, fifo=queue == "fifo",
+                      queue=PendingQueue(None, deadlines=True) if queue == "ungrouped" else None)
+    sched.slack = lambda t: {"slow": 0.3, "fast": 0.01}[t.origin]
+    vec = [0.1, 0.2, 0.1]
+    slow = TaskState("s", 0.0, {"tenant": "a", "resource_vec": vec}, origin="slow", deadline=1.0)
+    fast = TaskState("f", 0.1, {"tenant": "b", "resource_vec": vec}, origin="fast", deadline=1.0)
+    for t in (slow, fast):
+        sched.add(t, 0.1)
+    out = sched.decide(0.8)  # 0.2 s left: within the slow process's 0.3 s, not within the fast one's
+    assert [(t.id, t.node) for t in out] == [("s", None), ("f", "n0")]
+    assert set(sched.running) == {"f"} and "a" not in sched.interp.state["alloc"]  # (no hook for the dropped)

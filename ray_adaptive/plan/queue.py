@@ -143,19 +143,21 @@ class PendingQueue:
         k = self._key(task)
         return next((i for i, r in enumerate(rows) if self._key(r) == k), None)
 
-    def drop_late(self, now: float) -> List:
+    def drop_late(self, now: float, slack: Optional[Callable[[Any], float]] = None) -> List:
         """Remove the tasks past their deadline at the head of each group (of the FIFO) and return
         them. Heads only, so it costs a few checks per decision: a later task past its deadline
         goes once it is a head (an ungrouped queue scores every task: the scheduler drops one
-        past its deadline that wins)."""
+        past its deadline that wins). ``slack(task)``: seconds before its deadline from which a
+        task counts as past it (see ``Scheduler.slack``)."""
         late: List = []
+        past = (lambda t: t.deadline < now) if slack is None else (lambda t: t.deadline - slack(t) < now)
         if self._fifo is not None:
-            while self._fifo and self._fifo[0].deadline < now:
+            while self._fifo and past(self._fifo[0]):
                 late.append(self._fifo.popleft())
         else:
-            for k in [k for k, (_, tasks) in self._groups.items() if tasks[0].deadline < now]:
+            for k in [k for k, (_, tasks) in self._groups.items() if past(tasks[0])]:
                 keys, tasks = self._groups[k]
-                while tasks and tasks[0].deadline < now:
+                while tasks and past(tasks[0]):
                     late.append(tasks[0])
                     del keys[0], tasks[0]
                 if not tasks:

@@ -177,6 +177,10 @@ class Scheduler:
         # (task id, message) of the recent hooks that failed outside a decision (OnFinish, a rebuild's
         # OnDispatch): undone, and logged; the task itself went on
         self.hook_errors: deque = deque(maxlen=100)
+        # a host's allowance, per task, for its decision's way to the task's process (None: none): a task with
+        # less time than that before its deadline is dropped as past it -- placed, it would reach its process
+        # after the deadline, not be launched there, and have held a slot for nothing (see runtime.delivery)
+        self.slack: Optional[Callable[[TaskState], float]] = None
 
     @property
     def records(self) -> Optional[List]:
@@ -258,7 +262,7 @@ class Scheduler:
         start = time.perf_counter()
         while self.queue:
             if self.queue.timed:
-                late = self.queue.drop_late(now)
+                late = self.queue.drop_late(now, self.slack)
                 chosen += late
                 if late:
                     continue
@@ -274,7 +278,8 @@ class Scheduler:
             if pick is None:
                 break
             task, node = pick
-            if task.deadline < now:  # (an ungrouped queue scores every task: one past its deadline can win)
+            slack = self.slack(task) if self.slack is not None else 0.0
+            if task.deadline - slack < now:  # (an ungrouped queue scores every task: one past its deadline can win)
                 chosen.append(task)  # dropped, node None: a decision is made by the deadline or not at all
                 continue
             if full and task.deadline < math.inf:  # it waits for room: its deadline is a placement deadline

@@ -49,6 +49,7 @@ import ray
 from ray_adaptive.plan import NodeState, RoleSpec, TaskState
 from ray_adaptive.plan.explain import explain_pending, explain_placed
 from ray_adaptive.plan.replicas import copy_state
+from ray_adaptive.runtime.delivery import DeliveryClock
 from ray_adaptive.runtime.lease import LeaseDesk
 from ray_adaptive.runtime.messages import Decision, Decisions, Handback, Lease, Recall, Reply, Stop
 from ray_adaptive.runtime.placement import Forwarder
@@ -89,6 +90,7 @@ class Selector:
         self._s = spec.scheduler(nodes, records=records)
         self._t0 = t0
         self._mail: Dict[str, List[Decision]] = {}
+        self._delivery = DeliveryClock()  # how long each client's mail waits for it (see runtime.delivery)
         self._waiting: Dict[str, int] = {}  # client -> its tasks not decided yet
         self._gone: set = set()  # clients that left (see forget)
         self._dead: set = set()  # nodes marked dead
@@ -104,7 +106,15 @@ class Selector:
             handles = [h for h in (_lookup(name, namespace) for name, namespace in placements) if h is not None]
             self._fwd = Forwarder(handles, self._cond, self._now, self._release, self._mail_to, self._decide)
             self._fwd.start(restarted)
+        else:  # (the hybrid's decisions reach the processes from its placements: its mail holds only drops)
+            self._s.slack = self._slack
         self._configured = True
+
+    def _slack(self, t: TaskState) -> float:
+        """How long before its deadline ``t`` counts as past it: its process's delivery time (see
+        runtime.delivery), at most half its deadline's span -- a process measured slow once (its
+        first answer's wait took in its start-up) must not have its tasks dropped at once."""
+        return min(self._delivery.slack(t.origin), 0.5 * (t.deadline - t.arrival))
 
     # ------------------------------------------------------------- a spare (see runtime.spare)
     def configure(self, config: dict) -> str:
@@ -181,6 +191,7 @@ class Selector:
             now = self._now()
             self._s.cancel_pending(lambda t: t.origin == client)
             undelivered = [tid for tid, _ in self._mail.pop(client, [])]
+            self._delivery.forget(client)
             self._release(undelivered, now)
             self._gone.add(client)
             self._waiting.pop(client, None)
@@ -195,6 +206,7 @@ class Selector:
             self._release([tid], now)
             return False
         self._mail.setdefault(client, []).append((tid, node))
+        self._delivery.mailed(client)
         return True
 
     def exchange(self, client: str, tasks: Sequence[TaskState], handback: Optional[Handback] = None,
@@ -248,6 +260,8 @@ class Selector:
                     break
                 self._cond.wait(left)
             out = self._mail.pop(client, [])
+            if out:
+                self._delivery.taken(client)
             self._waiting[client] -= len(out)
             return Decisions(out, self.incarnation, pre.take_stops(client) if pre is not None else [])
 
@@ -265,6 +279,7 @@ class Selector:
                  and t.id not in mailed]
         if again:
             self._mail.setdefault(client, []).extend(again)
+            self._delivery.mailed(client)
         return len(again)
 
     # ---------------------------------------------------------------- leases (see runtime.lease)
@@ -483,6 +498,7 @@ class Selector:
             return {"decisions": self.decisions, "pending": self._s.pending, "leases": self._desk.granted,
                     "live_placements": len(self._fwd.live) if self._fwd is not None else 0, "holder": self._desk.holder,
                     "loads": {n: k for n, k in self._fwd.loads.items() if k} if self._fwd is not None else {},
+                    "delivery_slack_s": self._delivery.stats(),
                     **(self._pre.stats() if self._pre is not None else {})}
 
     def decision_latencies(self) -> List[float]:
