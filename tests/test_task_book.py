@@ -37,7 +37,7 @@ def _submitted(book: TaskBook, tid: str, deadline: float) -> TaskState:
 def test_a_placement_seen_after_the_deadline_is_not_launched_and_says_when_it_came():
     stats = RouterStats()
     book = _book(stats)
-    late, in_time, never = _submitted(book, "late", 1.0), _submitted(book, "in_time", 1.0), _submitted(book, "never", 1.0)
+    late, in_time, never = (_submitted(book, tid, deadline=1.0) for tid in ("late", "in_time", "never"))
     late.node, in_time.node = "n1", "n2"  # (never: dropped by its scheduler, node None)
     claimed, gone, _ = book.claim([in_time], now=0.9)
     assert [t.state.id for t in claimed] == ["in_time"] and gone == []

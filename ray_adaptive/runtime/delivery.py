@@ -5,8 +5,8 @@ it -- at once when the process is waiting in a long poll, later when it is busy 
 answer carried. A task placed with less time than that before its deadline reaches its process after
 the deadline: the process does not launch it (the caller was promised a task placed by then), gives its
 room back, and the decision and the slot were spent for nothing. Under overload, with a backlog served
-oldest first, that is about half the decisions of the tenant with the deepest backlog (issue 37: DRF-LB's greedy
-tenant at 800-1,200 tasks/s on this machine, 47-55% of its decisions).
+oldest first, that is about half the decisions of the tenant with the deepest backlog (issue 37:
+DRF-LB's greedy tenant at 800-1,200 tasks/s on this machine, 47-55% of its decisions).
 
 So the selector measures, per process, the time from the first decision put in an empty mailbox to the
 exchange that takes it, smooths it as TCP smooths round trips (RFC 6298: ``srtt``, ``rttvar``), and
