@@ -51,6 +51,18 @@ def test_a_placement_seen_after_the_deadline_is_not_launched_and_says_when_it_ca
     assert "late" not in book.tasks and "never" not in book.tasks  # (settled: forgotten)
 
 
+def test_a_task_its_scheduler_dropped_before_the_deadline_says_so():
+    """A selector drops a task up to its process's delivery slack early (see runtime.delivery): its
+    caller's error says how early, and why, not that the deadline passed."""
+    stats = RouterStats()
+    book = _book(stats)
+    early = _submitted(book, "early", deadline=1.0)  # (node None: dropped by its scheduler)
+    _, gone, _ = book.claim([early], now=0.875)
+    err = gone[0].error
+    assert isinstance(err, PlacementDeadlineExceeded) and err.placed_after_s is None
+    assert "dropped by its scheduler 0.125 s before its deadline" in str(err) and "(deadline_s 1)" in str(err)
+
+
 def test_the_placement_time_survives_pickling():
     err = pickle.loads(pickle.dumps(PlacementDeadlineExceeded("late", placed_after_s=1.5)))
     assert (str(err), err.placed_after_s) == ("late", 1.5)

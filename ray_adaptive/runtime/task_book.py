@@ -72,8 +72,11 @@ class TaskBook:
                 if state.node is None and state.error is not None:  # the policy failed on it (not a deadline)
                     self._stats.failed += 1
                     task.error = PolicyRuntimeError(f"task {task.state.id} of policy {self._policy!r}: {state.error}")
-                elif state.node is None:  # the scheduler dropped it at its deadline (before expire did)
-                    self.drop(task, "was not placed by then")
+                elif state.node is None:  # the scheduler dropped it at its deadline (before expire did), or
+                    early = task.state.deadline - now  # up to its slack before (see runtime.delivery)
+                    self.drop(task, "was not placed by then" if early <= 0 else
+                              f"was dropped by its scheduler {early:.3f} s before its deadline, as a placement "
+                              f"would have reached this process after it")
                 elif now > task.state.deadline:  # placed too late (before expire saw it)
                     self.drop(task, f"was placed {now - state.arrival:.3f} s after submission", now - state.arrival)
             if task.error is not None:  # dropped before it costs a launch and a slot
@@ -244,8 +247,8 @@ class TaskBook:
         if self._monitor is not None:
             self._monitor.dropped(task.state.fields)
         task.error = PlacementDeadlineExceeded(
-            f"task {task.state.id} of policy {self._policy!r} {when}, past its deadline_s "
-            f"{task.state.deadline - task.state.arrival:g}; dropped without running", placed_after_s)
+            f"task {task.state.id} of policy {self._policy!r} {when} (deadline_s "
+            f"{task.state.deadline - task.state.arrival:g}); dropped without running", placed_after_s)
 
     def tell(self, tasks: List[RoutedTask]) -> None:
         """Wake the callers of settled tasks that were not launched (the lock not held)."""
