@@ -19,11 +19,12 @@ tasks held while the low one waited, and every ref resolving to its own result.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import threading
 import time
+
+from _output import emit  # (beside this script: sys.path[0])
 
 SHIPPED = ("age_weight: float = 2000.0", "max_age: float = 10.0")
 
@@ -128,11 +129,7 @@ def main() -> None:
     max_age = 2.0 if args.smoke_test else args.max_age_s
     load_s = args.load_s if args.load_s is not None else 3 * max_age
     figures = run(max_age, 2.0 if args.smoke_test else args.warm_s, load_s)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

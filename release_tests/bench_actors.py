@@ -17,9 +17,10 @@ return time alone (the decision and launch, before the actor runs).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
+
+from _output import emit  # (beside this script: sys.path[0])
 
 
 def _pct(values, q):
@@ -97,11 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     figures = run(4 if args.smoke_test else args.rounds, args.plan)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ Figures (all measured in one run, on one cluster):
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
+from _output import emit  # (beside this script: sys.path[0])
 
 
 def pct(values, q):
@@ -190,11 +190,7 @@ def main() -> None:
         figures["leaked_resources"] = leaks
     finally:
         lc.shutdown()
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

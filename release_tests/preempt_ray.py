@@ -15,12 +15,14 @@ the same scenario with short, gated tasks (tests/test_preempt_ray.py).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
 import tempfile
 import time
+
+from _output import emit  # (beside this script: sys.path[0])
+from _settle import settled_state
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from _builders import counted_preemptive  # noqa: E402 (the policy the tests run too)
@@ -69,14 +71,7 @@ def run(low_s: float) -> dict:
             if ".started." in f:
                 starts[f.split(".")[0]] = starts.get(f.split(".")[0], 0) + 1
         selector = ray.get(rt.topology.selector.stats.remote(), timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ex = rt.export()["selector"]
-            if not ex["running"] and not ex["pending"]:
-                break
-            time.sleep(0.05)
-        state = rt.export()["selector"]["state"]
-        audit = rt.audit()
+        state, audit = settled_state(rt)
         grace = rt.policy.preempt.grace
         ra.shutdown()
     finally:
@@ -104,11 +99,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     figures = run(4.0 if args.smoke_test else args.low_s)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":

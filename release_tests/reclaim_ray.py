@@ -23,11 +23,13 @@ to its own result, each body completing exactly once, the State after and the au
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
 from typing import Dict, List, Tuple
+
+from _output import emit  # (beside this script: sys.path[0])
+from _settle import settled_state
 
 CAPACITY = [1.5, 2.0, 1.0]  # drf_lb's and drf_reclaim's State constant
 
@@ -96,14 +98,7 @@ def one_policy(policy_name: str, policy, task_s: float, slots_hint: int, folder:
         values = ray.get(list(refs.values()), timeout=30 * task_s + 300)
         results = {name: v for name, v in zip(refs, values)}
         selector = ray.get(rt.topology.selector.stats.remote(), timeout=30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ex = rt.export()["selector"]
-            if not ex["running"] and not ex["pending"]:
-                break
-            time.sleep(0.05)
-        state = rt.export()["selector"]["state"]
-        audit = rt.audit()
+        state, audit = settled_state(rt)
         grace = rt.policy.preempt.grace if rt.policy.preempt is not None else None
     finally:
         ra.shutdown()
@@ -174,11 +169,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     figures = run(5.0 if args.smoke_test else args.task_s, args.timeout_s)
-    text = json.dumps(figures, indent=2, default=lambda o: o.tolist())  # (the State's vectors: numpy arrays)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(figures, args.out)
 
 
 if __name__ == "__main__":
