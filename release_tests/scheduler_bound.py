@@ -266,6 +266,35 @@ class _SelectorSampler:
                 "selector_samples": len(inside)}
 
 
+class _WindowCpu:
+    """The host's busy cores over the steady window only (``/proc/stat`` read at its start and end, from a
+    thread): the whole run's average also holds the lead-in and the drain, idle or nearly."""
+
+    def __init__(self, t0: float, window: tuple):
+        import threading
+
+        self.t0, self.window, self.reads = t0, window, []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "_WindowCpu":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._thread.join(self.t0 + self.window[1] - time.time() + 5)
+
+    def _run(self) -> None:
+        for at in self.window:
+            time.sleep(max(0.0, self.t0 + at - time.time()))
+            self.reads.append(_machine_cpu())
+
+    def busy_cores(self) -> Optional[float]:
+        if len(self.reads) < 2 or self.reads[1][1] <= self.reads[0][1]:
+            return None
+        (b0, j0), (b1, j1) = self.reads
+        return round((os.cpu_count() or 1) * (b1 - b0) / (j1 - j0), 3)
+
+
 def _machine_cpu() -> tuple:
     """(busy, total) jiffies of every CPU of this machine so far (/proc/stat; (0, 0) elsewhere)."""
     try:
@@ -352,10 +381,11 @@ def _sweep(Submitter, plan: Optional[str], rates, args, nodes: int) -> List[dict
             before = _actor_sample(rt)
             t0 = time.time() + 0.5
             refs = {t: subs[t].run.remote(t, arrivals[t], t0, args.task_ms, plain) for t in arrivals}
-            with _SelectorSampler(rt) as sampler:
+            with _SelectorSampler(rt) as sampler, _WindowCpu(t0, (args.warm_s, args.seconds)) as window_cpu:
                 outs = dict(zip(refs, ray.get(list(refs.values()))))
             after = _actor_sample(rt)
             row = _row(name, arch, rate, arrivals, outs, before, after, args.seconds, args.warm_s)
+            row["window_busy_cores"] = window_cpu.busy_cores()
             row.update(sampler.figures(t0, (args.warm_s, args.seconds), row["placed_by_tenant"]))
             if rt is not None:
                 row["leases"] = ray.get(rt.topology.selector.stats.remote())["leases"] if rt.topology.selector else 0

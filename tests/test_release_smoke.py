@@ -154,13 +154,27 @@ def _aging(d):
     assert d["aging"]["target_s"] == d["max_age_s"] + 1.0, d["aging"]
 
 
+def _calibrate_host(d):
+    """The calibrated model predicts the selector's multi-client ceiling, held out of the fit, within 25%."""
+    p = d["profile"]
+    assert 0 < p["host_cores"] <= d["saturated"]["cores"] and p["task_cpu_s"] > 0 and d["active_cores"] >= 0, d
+    fitted = [r for r in d["rows"] if r["role"] == "fit"]
+    assert {r["plan"] for r in fitted} >= {"plain", "centralized"}, d["rows"]
+    held_out = [r for r in d["rows"] if r["role"] == "predicted"]
+    assert held_out and all(r["rate"] in d["check_rates"] and r["plan"] == "centralized" for r in held_out), d
+    assert all(r["error_calibrated"] is not None for r in fitted if r["plan"] != "plain"), d["rows"]
+    for r in held_out:
+        assert r["placed"] < 0.8 * r["offered"], r  # (above the knee: it is the ceiling that is predicted)
+        assert abs(r["error_calibrated"]) <= 0.25, r
+
+
 CHECKS = {"bench_replay": _replay, "bench_compiler": _compiler, "agreement_compiler": _agreement,
           "bench_resources": _resources, "bench_runtime": _runtime, "bench_switch": _switch, "bench_join": _join,
           "check_estimates": _check_estimates, "bench_scale": _scale, "boot_local": _boot,
           "fuzz_inputs": _fuzz, "ray_range": _ray_range, "shared_service": _shared_service,
           "chaos": _chaos, "bench_actors": _actors, "preempt_ray": _preempt,
           "reclaim_ray": _reclaim, "aging_ray": _aging,
-          "scheduler_bound": _scheduler_bound}
+          "scheduler_bound": _scheduler_bound, "calibrate_host": _calibrate_host}
 
 
 def _release_tests() -> list:

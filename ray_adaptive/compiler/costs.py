@@ -54,7 +54,9 @@ def _score_split(analysis: Analysis) -> tuple[list[str], list[str], list[str]]:
 
 def role_costs(analysis: Analysis, profile: Profile, plan: Plan, nodes: int, role: Role) -> tuple[RoleCosts, list[Step], float]:
     """What one scheduler of ``role`` is charged, its per-task steps, and its periodic busy fraction."""
-    m, arch = profile.message_s, plan.architecture
+    arch = plan.architecture
+    # a decentralized scheduler lives in its submitter's process: its hops are calls there (Profile.local_s)
+    m = profile.local_s if arch is Architecture.DECENTRALIZED else profile.message_s
     task_ids, node_ids, joint_ids = _score_split(analysis)
     has_finish = bool(_hook_units(analysis, "OnFinish"))
     steps: list[Step] = []
@@ -78,7 +80,9 @@ def role_costs(analysis: Analysis, profile: Profile, plan: Plan, nodes: int, rol
     instant = plan.sync.kind is SyncKind.INSTANT and role is Role.SCHEDULERS
     store = profile.store_s
 
-    recv = m + profile.compute(_hook_units(analysis, "OnArrival") if "OnArrival" in hooks else [])
+    # a selector receives from the submitters (Profile.arrival_s); a hybrid's placement scheduler from it
+    first = m if arch is Architecture.DECENTRALIZED or role is Role.SCHEDULERS else profile.arrival_s
+    recv = first + profile.compute(_hook_units(analysis, "OnArrival") if "OnArrival" in hooks else [])
     steps.append(Step(role, "receive the task" + (" + OnArrival" if "OnArrival" in hooks and _hook_units(analysis, "OnArrival") else ""), recv))
     compute = 0.0
     for uid in compute_ids:

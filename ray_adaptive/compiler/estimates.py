@@ -10,6 +10,12 @@ rounds, state syncs). ``k`` is the effective number of decentralized
 schedulers: tasks enter at their submitter's home scheduler, so the busiest
 home decides (``1 / max share``); the hybrid's selector spreads evenly.
 
+**The host** (when the profile has one, :attr:`Profile.host_cores` finite):
+the schedulers, the submitters and the task path share the host's cores,
+so the throughput is also at most :func:`host_bound` at the offered rate --
+the knee of a cluster run on one machine, where the plan's decision
+throughput is never reached.
+
 **Quality** is the competitive ratio from replaying a window of the trace
 under the plan (:mod:`ray_adaptive.sim.plan_sim`): at each decision,
 ``Score_ideal(t_impl, n_impl)`` against the ideal decision on the exact
@@ -51,7 +57,7 @@ from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
-__all__ = ["Step", "Estimate", "estimate_cost", "estimate_quality", "effective_parallelism", "ideal_plan",
+__all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "estimate_quality", "effective_parallelism", "ideal_plan",
            "busy_level", "SKIPPED"]
 
 
@@ -69,6 +75,7 @@ class Estimate:
     throughput: float  # tasks/s the schedulers can decide
     competitive_ratio: float = float("nan")
     quality: dict = field(default_factory=dict)  # ci, p90, n, the replay's goodput and JFI, ...
+    host_bound: float = math.inf  # tasks/s the shared host can place at the rate estimated for (inf: no host)
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -90,6 +97,7 @@ class Estimate:
             "selector_s": round(self.selector_s, 7), "scheduler_s": round(self.scheduler_s, 7),
             "parallelism": round(self.parallelism, 2), "overhead": self.overhead,
             "steps": [s.as_dict() for s in self.steps], "quality": self.quality,
+            **({"host_bound": round(self.host_bound, 1)} if math.isfinite(self.host_bound) else {}),
         }
 
 
@@ -118,8 +126,42 @@ def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int, cache: Opt
     return out
 
 
-def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, parallelism: Optional[float] = None) -> Estimate:
-    """Latency and throughput of ``plan`` (quality is filled in by :func:`estimate_quality`)."""
+def host_costs(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profile,
+               nodes: int) -> tuple[float, float, float]:
+    """What a plan costs a shared host: (CPU s per offered task, CPU s per placed task, cores of periodic
+    work). Per offered task: the plan's first step (receiving it, placed or not); per placed task:
+    ``profile.task_cpu_s`` and the plan's other steps; periodic: each scheduler's heartbeat and sync share."""
+    arrival = steps[0].seconds if steps else 0.0
+    counts = {Role.SELECTOR.value: 1, Role.SCHEDULERS.value: plan.k(nodes)}
+    periodic = sum(counts[r] * o for r, o in overhead.items())
+    return arrival, profile.task_cpu_s + sum(s.seconds for s in steps) - arrival, periodic
+
+
+def host_bound(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profile, nodes: int,
+               rate: Optional[float] = None) -> float:
+    """Tasks/s a host of ``profile.host_cores`` can place under ``plan`` when ``rate`` tasks/s are offered
+    (None: as many as it places), every process of the plan on it (:func:`host_costs`)::
+
+        (host_cores - periodic work - rate x per offered task) / per placed task
+
+    inf without a host."""
+    if not math.isfinite(profile.host_cores):
+        return math.inf
+    arrival, per_task, periodic = host_costs(steps, overhead, plan, profile, nodes)
+    free = profile.host_cores - periodic
+    if rate is None or not math.isfinite(rate):  # (as many offered as placed)
+        per_task += arrival
+    else:
+        free -= rate * arrival
+    if per_task <= 0:
+        return math.inf
+    return max(0.0, free) / per_task
+
+
+def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, parallelism: Optional[float] = None,
+                  rate: Optional[float] = None) -> Estimate:
+    """Latency and throughput of ``plan`` (quality is filled in by :func:`estimate_quality`); ``rate``:
+    the offered tasks/s, for the host's bound (:func:`host_bound`; a profile without a host ignores it)."""
     steps: list[Step] = []
     sel = loc = 0.0
     overhead: dict[str, float] = {}
@@ -137,7 +179,8 @@ def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, 
         loc = sum(x.seconds for x in s)
         overhead[Role.SCHEDULERS.value] = round(o, 4)
         tp.append(k * max(0.0, 1 - o) / loc if loc > 0 else float("inf"))
-    return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp))
+    host = host_bound(steps, overhead, plan, profile, nodes, rate)
+    return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp + [host]), host_bound=host)
 
 
 def ideal_plan(analysis: Analysis) -> LoweredPlan:

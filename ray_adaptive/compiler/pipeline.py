@@ -413,7 +413,8 @@ def _compile(policy, rate, trace, shape: ClusterShape, profile, measure, space, 
         profile = measured_profile(analysis, scenario, profile)
     shares: dict = {}
     estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes),
-                               effective_parallelism(p, scenario, len(scenario.nodes), shares)) for p in plans]
+                               effective_parallelism(p, scenario, len(scenario.nodes), shares), rate=offered)
+                 for p in plans]
     limit = policy.limit if limit is None else limit
     warm = dataclasses.replace(size, warm_s=min(size.warm_s, _end_of(scenario) / 3)) if len(scenario.tasks) < size.tasks \
         else size  # a trace shorter than the window: a third of it warms up

@@ -20,7 +20,29 @@ parameter           default   meaning
                               time (400 vs 450 tasks/s): messages dominate
 ``store_s``         0.35 ms   one read or write of the shared State store
 ``heartbeat_s``     35 us     handling one node's load report
+``receive_s``       None      a selector receiving one task from a submitter
+                              (None: ``message_s``; on Ray the tasks come in
+                              batches, one call each, and cost less)
+``in_process_s``    None      a decentralized scheduler receiving, sending or
+                              hearing the finish of a task of the process it
+                              runs in (None: ``message_s``, the paper's
+                              schedulers are processes of their own; the Ray
+                              runtime's run in their submitter's process)
+``host_cores``      inf       the cores the schedulers, the submitters and the
+                              task path share (inf: the paper's model, the
+                              schedulers have cores of their own and nothing
+                              else costs them time)
+``task_cpu_s``      0         the host's CPU per task run outside the
+                              schedulers (Ray: submit, lease, run, return)
 ==================  ========  =================================================
+
+With a finite ``host_cores`` a plan's throughput is also bounded by the host
+(:func:`~ray_adaptive.compiler.estimates.host_bound`): every offered task costs
+its first receive, every placed task ``task_cpu_s`` and the rest of its steps.
+That is the knee of a cluster whose processes share one machine (a laptop, a
+CI runner, a head node running every scheduler): measured, not modelled --
+:func:`~ray_adaptive.compiler.calibration.fit_host` fits these fields from runs
+on the machine (``docs/compiler.md``, "Calibrating the host").
 
 Example:
     >>> p = Profile()
@@ -33,7 +55,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ray_adaptive.compiler.analysis import Analysis
 from ray_adaptive.dsl.interp import Interpreter
@@ -57,12 +79,32 @@ class Profile:
     heartbeat_s: float = 35e-6
     default_unit_s: float = 10e-6
     unit_s: Mapping[str, float] = field(default_factory=dict)
+    receive_s: Optional[float] = None
+    in_process_s: Optional[float] = None
+    host_cores: float = math.inf
+    task_cpu_s: float = 0.0
 
     def __post_init__(self):
-        for k in ("message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s"):
+        for k in ("message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "task_cpu_s"):
             v = getattr(self, k)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"Profile.{k} must be a finite number of seconds >= 0, found {v}")
+        for k in ("receive_s", "in_process_s"):
+            v = getattr(self, k)
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"Profile.{k} must be None or a finite number of seconds >= 0, found {v}")
+        if not (self.host_cores > 0):
+            raise ValueError(f"Profile.host_cores must be > 0 (inf: no shared host), found {self.host_cores}")
+
+    @property
+    def local_s(self) -> float:
+        """What one hop within a decentralized scheduler's own process costs (``in_process_s``, else a message)."""
+        return self.message_s if self.in_process_s is None else self.in_process_s
+
+    @property
+    def arrival_s(self) -> float:
+        """What a selector's receiving one task from a submitter costs (``receive_s``, else a message)."""
+        return self.message_s if self.receive_s is None else self.receive_s
 
     def compute(self, unit_ids: Sequence[str]) -> float:
         """Compute time of these units, summed."""
@@ -72,17 +114,25 @@ class Profile:
         return replace(self, unit_s=dict(unit_s))
 
     def as_dict(self) -> dict:
-        return {"message_s": self.message_s, "probe_s": self.probe_s, "store_s": self.store_s,
-                "heartbeat_s": self.heartbeat_s, "default_unit_s": self.default_unit_s,
-                "unit_s": {k: round(v, 9) for k, v in self.unit_s.items()}}
+        """Plain values (JSON): the host's fields only when set (a profile without them is the paper's model)."""
+        out = {"message_s": self.message_s, "probe_s": self.probe_s, "store_s": self.store_s,
+               "heartbeat_s": self.heartbeat_s, "default_unit_s": self.default_unit_s,
+               "unit_s": {k: round(v, 9) for k, v in self.unit_s.items()}}
+        for k in ("receive_s", "in_process_s"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        if math.isfinite(self.host_cores):
+            out.update(host_cores=self.host_cores, task_cpu_s=self.task_cpu_s)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Profile":
-        known = {"message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "unit_s"}
+        known = {"message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "unit_s", "receive_s", "in_process_s",
+                 "host_cores", "task_cpu_s"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown profile key {unknown[0]!r}; expected: {', '.join(sorted(known))}")
-        return cls(**{k: (dict(v) if k == "unit_s" else float(v)) for k, v in d.items()})
+        return cls(**{k: (dict(v) if k == "unit_s" else None if v is None else float(v)) for k, v in d.items()})
 
 
 def _time(fn, repeats: int = 3, number: int = 30) -> float:
