@@ -135,6 +135,8 @@ class Forwarder:
         self._closed = False
         self._frozen = False  # a live switch: no new forwarding round
         self.in_flight = False  # a round's placements have not all answered yet
+        self.rounds = self.held_rounds = 0  # forwarding rounds; of them, rounds that only asked about held tasks
+        self.round_s = 0.0  # seconds the rounds took, send to the last answer
 
     def start(self, restarted: bool) -> None:
         """Start forwarding; a restarted selector first empties its placements, which held tasks
@@ -190,6 +192,11 @@ class Forwarder:
         for p in self._placements:
             p.mark_dead.remote(node_id)
 
+    def stats(self) -> dict:
+        """Forwarding rounds so far: how many, how many only asked about held tasks, their mean (ms)."""
+        return {"rounds": self.rounds, "held_rounds": self.held_rounds,
+                "round_ms": round(1e3 * self.round_s / self.rounds, 3) if self.rounds else None}
+
     def placements(self) -> list:
         """The live placement actors."""
         return [self._placements[i] for i in sorted(self.live)]
@@ -235,6 +242,8 @@ class Forwarder:
                 self.in_flight = bool(batches)
             if not batches:
                 continue
+            started = time.perf_counter()
+            only_held = not any(out or fin for _, out, fin in batches)
             refs = [self._placements[i].place.remote(out, fin, loads) for i, out, fin in batches]
             answers = []
             for (i, _, _), ref in zip(batches, refs):
@@ -245,6 +254,10 @@ class Forwarder:
                         held[i] = 0
                         self._lose(i)
             with self._cond:
+                took = time.perf_counter() - started
+                self.rounds += 1
+                self.held_rounds += only_held
+                self.round_s += took
                 now, freed = self._now(), False
                 for i, decided in answers:
                     held[i] -= len(decided)

@@ -499,6 +499,7 @@ class Selector:
                     "live_placements": len(self._fwd.live) if self._fwd is not None else 0, "holder": self._desk.holder,
                     "loads": {n: k for n, k in self._fwd.loads.items() if k} if self._fwd is not None else {},
                     "delivery_slack_s": self._delivery.stats(),
+                    **({"forward": self._fwd.stats()} if self._fwd is not None else {}),
                     **(self._pre.stats() if self._pre is not None else {})}
 
     def decision_latencies(self) -> List[float]:
