@@ -338,7 +338,8 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
               help="Nodes of the local Ray cluster (--ray; default 6, with --adaptive 4).")
 @click.option("--adaptive", is_flag=True,
               help="The adaptive run instead: low -> above the crossover -> far above -> low, vs C, D, H "
-                   "(simulated; with --ray on a local Ray cluster).")
+                   "(simulated; with --ray on a local Ray cluster of 2-CPU nodes, 2 ms tasks: the scheduler "
+                   "as the knee).")
 @click.option("--phase", "phase_s", type=_Finite(min=0.0, min_open=True, max=MAX_SECONDS), default=None,
               help="Seconds per phase of --adaptive (default 20, quick 10; with --ray quick 6).")
 @click.option("--switch-pause", type=_Finite(min=0.0, max=MAX_SECONDS), default=None,
@@ -346,8 +347,11 @@ def compile_(policy: str, rate, nodes, executors, queue, node_resources, trace_p
 @click.option("--scale-out", is_flag=True,
               help="With --adaptive: the scale-out experiment, 12 -> 200 -> 12 nodes (quick: 4 -> 24 -> 4) with "
                    "the rate following the size, adaptive vs every static plan (simulated).")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              help="With --adaptive --ray: the compiler's latency model as JSON, e.g. the host calibrated by "
+                   "release_tests/calibrate_host.py --profile-out (default: the paper's model).")
 def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_ray, nodes, adaptive, phase_s,
-              switch_pause, scale_out) -> None:
+              switch_pause, scale_out, profile_path) -> None:
     """The paper's experiment: C/D/H across arrival rates; CSV, figures, Table 1 and the compiler's choices."""
     from ray_adaptive.experiments.reproduce import reproduce as run
 
@@ -357,6 +361,8 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
         _fail("error: --nodes is for --ray (the simulated experiment has the paper's 12 nodes)")
     if scale_out and on_ray:
         _fail("error: --scale-out is simulated: not --ray")
+    if profile_path and not (adaptive and on_ray):
+        _fail("error: --profile is for --adaptive --ray (the simulated experiments keep the paper's model)")
     if adaptive and on_ray:
         from ray_adaptive.experiments.adaptive_ray import reproduce_adaptive_ray
 
@@ -365,7 +371,8 @@ def reproduce(quick, out_dir, rates, seconds, seed, no_measure, no_progress, on_
                   "switches' pauses: not --rates / --seconds / --switch-pause")
         try:
             reproduce_adaptive_ray(out_dir if out_dir != "out/reproduce" else "out/reproduce_adaptive_ray",
-                                   quick=quick, phase_s=phase_s, nodes=nodes or 4, seed=seed, echo=click.echo)
+                                   quick=quick, phase_s=phase_s, nodes=nodes or 4, seed=seed, echo=click.echo,
+                                   profile=_read_profile(profile_path) if profile_path else None)
         except (RayAdaptiveError, ValueError) as err:
             _fail(f"error: {err}")
         except OSError as err:

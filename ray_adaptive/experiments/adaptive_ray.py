@@ -1,14 +1,27 @@
 """``ray-adaptive reproduce --adaptive --ray``: the adaptive experiment on a real Ray cluster.
 
 DRF-LB with the paper's tenants (:mod:`ray_adaptive.experiments.on_ray`'s
-workload: one submitting process per tenant, 50 ms tasks dropped 1 s after
-arrival) on a rate that steps through :data:`~ray_adaptive.experiments.reproduce.ADAPTIVE_PHASES`
-x the cluster's nominal execution bound -- low, at it, far above, low -- once
-per static plan and once with ``ra.start("drf_lb", plan="adaptive")``.
+workload: one submitting process per tenant, tasks dropped 1 s after
+arrival), once per static plan and once with ``ra.start("drf_lb",
+plan="adaptive")``, on a rate that steps through phases.
 
-The static runs come first: each measures how long a task holds an executor
-here (:func:`~ray_adaptive.experiments.on_ray.service_time`). On their median
-the compiler computes one estimate table for this cluster
+By default the workload is the *scheduler-bound* one (issue 37,
+``release_tests/scheduler_bound.py``): 2 ms tasks on nodes of 2 CPUs
+(:data:`SCHEDULER_BOUND`), so the nodes could execute 4,000 tasks/s and the
+plans' own ceilings are the knee -- on one machine, the host's CPU:
+centralized ~330-390 tasks/s, decentralized ~490-590 -- and the phases
+(:data:`RAY_RATES`) ramp across it and back: low, above the centralized
+plan's ceiling, far above, low. ``profile`` (a host calibrated by
+``release_tests/calibrate_host.py``, ``docs/compiler.md``) makes the
+compiler's estimates those of this machine; without one they are the
+paper's model's. The executor-bound workload of the first runs (50 ms tasks
+on single-CPU nodes, ``exp=RayExperiment()``, ``phases=ADAPTIVE_PHASES`` x the
+execution bound) is one argument away.
+
+The static runs come first; with ``measure_service`` each measures how long
+a task holds an executor here (:func:`~ray_adaptive.experiments.on_ray.service_time`:
+the executor-bound workload, whose knee that is). On their median (else the
+nominal duration) the compiler computes one estimate table for this cluster
 (:func:`ray_adaptive.compiler.estimate_table`, at exactly the phases' rates):
 the adaptive run starts on it (``table=``, with the table's choice for the
 first phase) rather than computing its own, and it gives every run's
@@ -16,7 +29,8 @@ estimates per phase.
 
 Per run and phase (``adaptive_ray_phases.csv``): offered rate, goodput (the
 phase's arrivals that started on time, per second of the phase), drops, JFI over the tenants'
-service ratios (unweighted: DRF-LB has no weights), the compiler's estimated
+service ratios (unweighted: DRF-LB has no weights; each tenant's max-min fair share of the goodput
+delivered in all, its offered rate its demand), the compiler's estimated
 goodput and competitive ratio for the plan(s) in force and the goodput
 estimate's error, decision latency p50/p99, the schedulers' CPU seconds per
 1,000 tasks offered (``cpu_s_per_1k``; the actors' part ``cpu_actors_s_per_1k``),
@@ -41,6 +55,7 @@ ideal scheduler measures it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import threading
@@ -55,12 +70,18 @@ from ray_adaptive.experiments.on_ray import (PLANS, POLICY, TASK_VEC, RayExperim
 from ray_adaptive.experiments.reproduce import ADAPTIVE_PHASES
 from ray_adaptive.sim.metrics import jain_index, service_ratios
 
-__all__ = ["ADAPTIVE_PHASES", "TICK_S", "controller_settings", "run_adaptive_ray", "reproduce_adaptive_ray",
-           "switches_called_for"]
+__all__ = ["ADAPTIVE_PHASES", "RAY_RATES", "SCHEDULER_BOUND", "TICK_S", "controller_settings", "run_adaptive_ray",
+           "reproduce_adaptive_ray", "switches_called_for"]
 
 TICK_S = 0.5  # how often CPU, decision latencies and the plan in force are sampled
 BIN_S = 1.0  # the timeline's resolution
 REPORT_S = 1.0  # every process reports its load to the store this often: no evaluation more often
+#: The default workload: 2 ms tasks (nodes of :data:`CPUS_PER_NODE` CPUs), the scheduler as the knee.
+SCHEDULER_BOUND = RayExperiment(duration_s=0.002)
+CPUS_PER_NODE = 2
+#: The default phases (offered tasks/s): low, above the centralized plan's ceiling on one machine, far
+#: above it, low again (``docs/benchmarks.md``, calibrate_host: centralized ~330-390, decentralized ~490-590).
+RAY_RATES = (150.0, 500.0, 1000.0, 150.0)
 
 
 def controller_settings(phase_s: float) -> dict:
@@ -154,14 +175,16 @@ class _Run:
 
 
 def _run(plan: str, arrivals: Dict[str, List[float]], exp: RayExperiment, nodes: int, executors: int,
-         adaptive: Optional[dict] = None, echo: Callable[[str], None] = print) -> _Run:
+         adaptive: Optional[dict] = None, echo: Callable[[str], None] = print, measure_service: bool = True,
+         profile=None) -> _Run:
     """One run on the connected cluster: ``plan`` (or adaptive, with ``adaptive``: start()'s controller
-    keyword arguments), the arrivals submitted from one process per tenant."""
+    keyword arguments, and ``profile`` for its later estimate tables), the arrivals submitted from one
+    process per tenant."""
     import ray
 
     import ray_adaptive as ra
 
-    kwargs = {"plan": "adaptive", **adaptive} if adaptive is not None else {"plan": plan}
+    kwargs = {"plan": "adaptive", **adaptive, "profile": profile} if adaptive is not None else {"plan": plan}
     rt = ra.start(POLICY, queue=exp.queue, metrics_every_s=None, **kwargs)
     try:
         if adaptive is not None:  # its estimate table first: a compile beside the load would skew phase 1
@@ -171,7 +194,7 @@ def _run(plan: str, arrivals: Dict[str, List[float]], exp: RayExperiment, nodes:
             if rt.control_loop.controller is None:
                 raise RuntimeError(f"the adaptive controller did not start: {rt.control_loop.failed!r}")
         with tenant_drivers(list(arrivals), nodes) as subs:
-            service_s = service_time(subs, executors, exp)
+            service_s = service_time(subs, executors, exp) if measure_service else exp.duration_s
             if adaptive is not None:  # the calibration's bursts leave the controller's window first
                 time.sleep(adaptive["window_s"])
             t0 = time.time() + 0.5
@@ -203,7 +226,9 @@ def _window(run: _Run, arrivals: Dict[str, List[float]], lo: float, hi: float, c
     offered = {t: sum(_share(x, lo, hi) for x in arrivals[t]) / span for t in arrivals}
     goodput = {t: sum(ok and _share(off, lo, hi) for off, _, ok in run.results[t]) / span for t in arrivals}
     drops = sum(not ok and _share(off, lo, hi) for res in run.results.values() for off, _, ok in res)
-    jfi = jain_index(list(service_ratios(goodput, offered, capacity).values()))
+    # fair shares of what was delivered: above a plan's own ceiling the nominal bound is no one's share
+    delivered = min(capacity, sum(goodput.values()))
+    jfi = jain_index(list(service_ratios(goodput, offered, delivered).values())) if delivered > 0 else 0.0
     return {"offered": sum(offered.values()), "goodput": sum(goodput.values()), "drops": drops, "jfi": jfi,
             "goodput_by_tenant": goodput}
 
@@ -325,39 +350,53 @@ def switches_called_for(table, settings: dict, rates: Sequence[float]) -> list:
     return out
 
 
-def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans: Sequence[str] = PLANS,
-                     phases: Sequence[float] = ADAPTIVE_PHASES, adaptive: bool = True,
-                     settings: Optional[dict] = None, echo: Callable[[str], None] = print) -> dict:
+def run_adaptive_ray(phase_s: float, exp: RayExperiment = SCHEDULER_BOUND, plans: Sequence[str] = PLANS,
+                     phases: Optional[Sequence[float]] = None, adaptive: bool = True,
+                     settings: Optional[dict] = None, echo: Callable[[str], None] = print,
+                     rates: Optional[Sequence[float]] = None, measure_service: Optional[bool] = None,
+                     profile=None) -> dict:
     """Every static plan of ``plans``, then (``adaptive``) the adaptive runtime, on the connected cluster,
-    each on the same arrivals over ``phases`` x the nominal execution bound, ``phase_s`` each. Returns
-    ``phases`` (rows), ``timeline`` (rows), ``switches`` (the adaptive run's history), ``table`` (the
-    compiler's estimate table), ``lost`` (tasks submitted without a result: 0), ``service_s``."""
+    each on the same arrivals over ``rates`` (tasks/s; default :data:`RAY_RATES`) or ``phases`` x the
+    nominal execution bound, ``phase_s`` each. ``measure_service`` (default: with ``phases``) measures
+    the service time the estimates assume; ``profile``: the compiler's latency model (a calibrated host:
+    :mod:`ray_adaptive.compiler.calibration`). Returns ``phases`` (rows), ``timeline`` (rows),
+    ``switches`` (the adaptive run's history), ``table`` (the compiler's estimate table), ``lost`` (tasks
+    submitted without a result: 0), ``service_s``."""
     from ray_adaptive.compiler import estimate_table
     from ray_adaptive.dsl import load_policy
 
     if not plans and not adaptive:
         raise ValueError("nothing to run: no static plan and adaptive=False")
-    if not phases or any(not (f > 0 and math.isfinite(f)) for f in phases):
+    if phases is not None and rates is not None:
+        raise ValueError("give the phases' rates (rates=, tasks/s) or their multiples of the execution bound "
+                         "(phases=), not both")
+    if phases is not None and (not phases or any(not (f > 0 and math.isfinite(f)) for f in phases)):
         raise ValueError(f"phases must be positive multiples of the execution bound, got {list(phases)!r}")
+    if phases is None:
+        rates = RAY_RATES if rates is None else rates
+        if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+            raise ValueError(f"rates must be positive tasks/s, got {list(rates)!r}")
+    measure_service = phases is not None if measure_service is None else measure_service
     settings = dict(settings or controller_settings(phase_s))
     nodes, executors, per_node = cluster_shape()
     capacity = exp.capacity(executors)
-    rates = [f * capacity for f in phases]
+    rates = [f * capacity for f in phases] if phases is not None else [float(r) for r in rates]
     arrivals = phase_arrivals(rates, phase_s, exp.seed)
     seconds = phase_s * len(rates)
     echo(f"{nodes} nodes, {executors} executors, tasks of {exp.duration_s * 1e3:.0f} ms: execution bound "
          f"{capacity:.0f} tasks/s; phases of {phase_s:g} s at {', '.join(f'{r:.0f}' for r in rates)} tasks/s")
     runs = []
     for plan in plans:
-        runs.append(_run(plan, arrivals, exp, nodes, executors, echo=echo))
-        echo(f"  {runs[-1].label}: service time {runs[-1].service_s * 1e3:.1f} ms")
+        runs.append(_run(plan, arrivals, exp, nodes, executors, echo=echo, measure_service=measure_service))
+        if measure_service:
+            echo(f"  {runs[-1].label}: service time {runs[-1].service_s * 1e3:.1f} ms")
     service_s = statistics.median(r.service_s for r in runs) if runs else exp.duration_s
     # the compiler's estimates at exactly these rates, for tasks of the measured service time
     trace = estimate_trace(capacity, nodes, exp, per_node, service_s)
     fractions = tuple(sorted({r * service_s / executors for r in rates}))  # (x the table's execution bound)
     t = time.perf_counter()
     table = estimate_table(load_policy(POLICY), nodes=nodes, executors=per_node, queue=exp.queue, trace=trace,
-                           fractions=fractions, workers=1)
+                           fractions=fractions, workers=1, profile=profile)
     choices = [table.at(r)[1] for r in rates]
     echo(f"the compiler's estimates ({time.perf_counter() - t:.1f} s, tasks of {service_s * 1e3:.1f} ms, bound "
          f"{table.capacity:.0f} tasks/s) choose per phase: "
@@ -371,8 +410,8 @@ def run_adaptive_ray(phase_s: float, exp: RayExperiment = RayExperiment(), plans
              "the first phase's plan (" + ("the same plan is best within the limit at every rate" if len(set(choices)) == 1
                                            else "the other choices are not better by its margin") + ")")
     if adaptive:
-        runs.append(_run("adaptive", arrivals, exp, nodes, executors, echo=echo,
-                         adaptive={**settings, "table": table, "initial": choices[0]}))
+        runs.append(_run("adaptive", arrivals, exp, nodes, executors, echo=echo, measure_service=measure_service,
+                         adaptive={**settings, "table": table, "initial": choices[0]}, profile=profile))
         echo(f"  adaptive: {len(runs[-1].history)} switch(es)")
     rows = [row for r in runs for row in phase_rows(r, arrivals, rates, phase_s, capacity, table)]
     timeline = [row for r in runs for row in timeline_rows(r, arrivals, seconds, capacity, table)]
@@ -398,10 +437,13 @@ def format_phases(rows: Sequence[dict]) -> str:
 
 def reproduce_adaptive_ray(out_dir: "str | Path" = "out/reproduce_adaptive_ray", quick: bool = False,
                            phase_s: Optional[float] = None, nodes: int = 4, seed: int = 0,
-                           plans: Sequence[str] = PLANS, echo: Callable[[str], None] = print) -> dict:
-    """``ray-adaptive reproduce --adaptive --ray``: a local cluster of ``nodes`` single-executor nodes
-    (unless Ray is already connected), :func:`run_adaptive_ray` (the static ``plans``, then the adaptive
-    runtime); writes ``adaptive_ray_phases.csv``, ``timeline.csv`` and ``timeline.png`` to ``out_dir``."""
+                           plans: Sequence[str] = PLANS, echo: Callable[[str], None] = print,
+                           profile=None) -> dict:
+    """``ray-adaptive reproduce --adaptive --ray``: a local cluster of ``nodes`` nodes of
+    :data:`CPUS_PER_NODE` CPUs (unless Ray is already connected), :func:`run_adaptive_ray` on the
+    scheduler-bound workload (the static ``plans``, then the adaptive runtime; ``profile``: the
+    compiler's latency model); writes ``adaptive_ray_phases.csv``, ``timeline.csv`` and ``timeline.png``
+    to ``out_dir``."""
     import pandas as pd
     import ray
 
@@ -413,13 +455,13 @@ def reproduce_adaptive_ray(out_dir: "str | Path" = "out/reproduce_adaptive_ray",
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    exp = RayExperiment(seed=seed)
+    exp = dataclasses.replace(SCHEDULER_BOUND, seed=seed)
     if ray.is_initialized():
-        res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo)
+        res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo, profile=profile)
     else:
-        echo(f"starting a local Ray cluster of {nodes} nodes ...")
-        with local_cluster(num_nodes=nodes, num_cpus=1):
-            res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo)
+        echo(f"starting a local Ray cluster of {nodes} nodes x {CPUS_PER_NODE} CPUs ...")
+        with local_cluster(num_nodes=nodes, num_cpus=CPUS_PER_NODE):
+            res = run_adaptive_ray(phase_s, exp, plans, settings=settings, echo=echo, profile=profile)
     pd.DataFrame(res["phases"]).to_csv(out / "adaptive_ray_phases.csv", index=False)
     pd.DataFrame(res["timeline"]).to_csv(out / "timeline.csv", index=False)
     fig = plot_timeline(res["timeline"], out, title="drf_lb on Ray: adaptive vs static plans",
