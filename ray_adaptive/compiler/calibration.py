@@ -4,7 +4,7 @@ On a machine whose cores the schedulers, the submitting processes and Ray's
 task path share (a local cluster, a CI runner, a head node running every
 scheduler), the knee of a plan is the host's CPU, not its decision
 throughput (``docs/benchmarks.md``, scheduler_bound). The model of that
-(:func:`~ray_adaptive.compiler.estimates.host_bound`) has four numbers this
+(:func:`~ray_adaptive.compiler.estimates.host_bound`) has the numbers this
 module fits from runs on the machine:
 
 * ``host_cores``: the cores busy when the host is saturated, less those busy
@@ -92,9 +92,9 @@ def host_cpu(run: HostRun, analysis: Analysis, profile: Profile, nodes: int) -> 
 def fit_host(analysis: Analysis, nodes: int, runs: Sequence[HostRun], idle_cores: float, saturated_cores: float,
              base: Optional[Profile] = None) -> Tuple[Profile, float]:
     """``base`` (default :class:`Profile`) with the host fitted to ``runs`` on ``nodes`` nodes, and the
-    fitted active share (cores). ``message_s``, ``receive_s``, ``in_process_s``, ``task_cpu_s`` and the active
-    share by least squares over each run's busy cores above ``idle_cores`` (each >= 0; a cost no run measures keeps
-    its base value); ``host_cores`` = ``saturated_cores - idle_cores - active``."""
+    fitted active share (cores). ``message_s``, ``receive_s``, ``in_process_s``, ``task_cpu_s`` and the
+    active share by least squares over each run's busy cores above ``idle_cores`` (each >= 0; a cost no
+    run measures keeps its base value); ``host_cores`` = ``saturated_cores - idle_cores - active``."""
     base = base or Profile()
     if not runs:
         raise ValueError("fitting the host needs at least one measured run")

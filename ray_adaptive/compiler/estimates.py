@@ -57,8 +57,8 @@ from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
-__all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "estimate_quality", "effective_parallelism", "ideal_plan",
-           "busy_level", "SKIPPED"]
+__all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "estimate_quality",
+           "effective_parallelism", "ideal_plan", "busy_level", "SKIPPED"]
 
 
 @dataclass(frozen=True)

@@ -127,8 +127,8 @@ class Profile:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Profile":
-        known = {"message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "unit_s", "receive_s", "in_process_s",
-                 "host_cores", "task_cpu_s"}
+        known = {"message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "unit_s", "receive_s",
+                 "in_process_s", "host_cores", "task_cpu_s"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown profile key {unknown[0]!r}; expected: {', '.join(sorted(known))}")
