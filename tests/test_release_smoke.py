@@ -163,6 +163,7 @@ def _calibrate_host(d):
     held_out = [r for r in d["rows"] if r["role"] == "predicted"]
     assert held_out and all(r["rate"] in d["check_rates"] and r["plan"] == "centralized" for r in held_out), d
     assert all(r["error_calibrated"] is not None for r in fitted if r["plan"] != "plain"), d["rows"]
+    assert all(r["runs"] == d["repeats"] == len(r["placed_runs"]) for r in d["rows"]), d["rows"]
     for r in held_out:
         assert r["placed"] < 0.8 * r["offered"], r  # (above the knee: it is the ceiling that is predicted)
         assert abs(r["error_calibrated"]) <= 0.25, r
