@@ -87,7 +87,7 @@ def _median(values: List[float]) -> float:
 
 
 def _by_point(rows: List[dict]) -> Dict[tuple, List[dict]]:
-    """The runs of each (plan, rate), in the order first run."""
+    """The runs of each (plan, rate), in the order of their first run."""
     out: Dict[tuple, List[dict]] = {}
     for r in rows:
         out.setdefault((r["plan"], r["rate"]), []).append(r)
