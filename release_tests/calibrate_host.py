@@ -45,21 +45,15 @@ from types import SimpleNamespace
 from typing import Dict, List
 
 from _output import emit  # (beside this script: sys.path[0])
-from scheduler_bound import POLICY, TIMEOUT_S, _commit, _machine_cpu, _submitter_cls, _sweep
+from scheduler_bound import POLICY, TIMEOUT_S, _commit, _machine_cpu, _submitter_cls, _sweep, busy_cores
 
 NODES, CPUS = 4, 2
-
-
-def _cores(c0: tuple, c1: tuple) -> float:
-    import os
-
-    return round((os.cpu_count() or 1) * (c1[0] - c0[0]) / max(1, c1[1] - c0[1]), 3)
 
 
 def _idle_cores(seconds: float) -> float:
     c0 = _machine_cpu()
     time.sleep(seconds)
-    return _cores(c0, _machine_cpu())
+    return busy_cores(c0, _machine_cpu())
 
 
 def _saturated_cores(Submitter, n: int) -> dict:
@@ -78,7 +72,7 @@ def _saturated_cores(Submitter, n: int) -> dict:
     finally:
         for s in subs:
             ray.kill(s)
-    return {"cores": _cores(c0, c1), "tasks_per_s": round(3 * n / max(w for w, _ in got))}
+    return {"cores": busy_cores(c0, c1), "tasks_per_s": round(3 * n / max(w for w, _ in got))}
 
 
 def _median(values: List[float]) -> float:
@@ -94,34 +88,35 @@ def _by_point(rows: List[dict]) -> Dict[tuple, List[dict]]:
     return out
 
 
-def _plans_by_name(rows: List[dict], rate: float):
-    """The compiled plans the runs ran, by name, and the compile's profile (its units timed here)."""
+def _compile(rate: float, profile=None):
+    """The compiler on the runs' workload at ``rate`` (one submitter per tenant, 2 ms tasks, this cluster):
+    with ``profile`` as given, else with the default one and every unit's compute timed here."""
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.dsl import load_policy
     from ray_adaptive.experiments.on_ray import RayExperiment, estimate_trace
 
     exp = RayExperiment(duration_s=0.002, timeout_s=TIMEOUT_S, queue=2)
-    c = compile_policy(load_policy(POLICY), trace=estimate_trace(rate, NODES, exp, CPUS), nodes=NODES,
-                       executors=CPUS, queue=2, workers=1, replay="all")
+    return compile_policy(load_policy(POLICY), trace=estimate_trace(rate, NODES, exp, CPUS), nodes=NODES,
+                          executors=CPUS, queue=2, workers=1, replay="all", profile=profile,
+                          measure=profile is None)
+
+
+def _plans_by_name(rows: List[dict], rate: float):
+    """The compiled plans the runs ran, by name, and the compile's profile (its units timed here)."""
+    c = _compile(rate)
     return {r["plan"]: c.estimate(r["plan"]).plan for r in rows if r["plan"] != "plain"}, c.profile, c.analysis
 
 
 def _estimate(rate: float, profile) -> Dict[str, float]:
     """Each plan's estimated throughput at ``rate`` under ``profile``, capped at the execution bound."""
-    from ray_adaptive.compiler import compile_policy
-    from ray_adaptive.dsl import load_policy
-    from ray_adaptive.experiments.on_ray import RayExperiment, estimate_trace
-
-    exp = RayExperiment(duration_s=0.002, timeout_s=TIMEOUT_S, queue=2)
-    c = compile_policy(load_policy(POLICY), trace=estimate_trace(rate, NODES, exp, CPUS), nodes=NODES,
-                       executors=CPUS, queue=2, workers=1, replay="all", profile=profile, measure=False)
+    c = _compile(rate, profile)
     return {e.plan.name: min(e.throughput, c.capacity) for e in c.estimates}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke-test", action="store_true",
-                    help="centralized only: fit at 300 and 700 tasks/s, predict 1,000; 3 s runs")
+                    help="centralized only: fit at 300 and 1,100 tasks/s, predict 700; three 3 s runs of each")
     ap.add_argument("--out", default=None, help="write the figures to this JSON file")
     ap.add_argument("--profile-out", default=None,
                     help="write the calibrated profile to this JSON file (ray-adaptive compile --profile F)")

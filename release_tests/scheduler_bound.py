@@ -289,10 +289,13 @@ class _WindowCpu:
             self.reads.append(_machine_cpu())
 
     def busy_cores(self) -> Optional[float]:
-        if len(self.reads) < 2 or self.reads[1][1] <= self.reads[0][1]:
-            return None
-        (b0, j0), (b1, j1) = self.reads
-        return round((os.cpu_count() or 1) * (b1 - b0) / (j1 - j0), 3)
+        return busy_cores(*self.reads) if len(self.reads) == 2 else None
+
+
+def busy_cores(before: tuple, after: tuple) -> Optional[float]:
+    """The cores busy between two :func:`_machine_cpu` reads (None if no time passed between them)."""
+    jiffies = after[1] - before[1]
+    return round((os.cpu_count() or 1) * (after[0] - before[0]) / jiffies, 3) if jiffies > 0 else None
 
 
 def _machine_cpu() -> tuple:
@@ -327,8 +330,6 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
     lat = [x for t in arrivals for x in outs[t]["latencies"]] + after["latencies"][len(before["latencies"]):]
     actors = {k: round(after["cpu"].get(k, 0.0) - before["cpu"].get(k, 0.0), 3) for k in after["cpu"]}
     sub_cpu = sum(o["cpu_s"] for o in outs.values())
-    busy = after["machine"][0] - before["machine"][0]
-    jiffies = after["machine"][1] - before["machine"][1]
     row = {
         "plan": plan, "architecture": arch, "rate": rate,
         "offered": round(sum(offered.values()), 1), "goodput": round(total, 1),
@@ -351,7 +352,7 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
         "actor_cpu_s": actors,
         "submitter_cpu_s": round(sub_cpu, 3),
         "submitter_cpu_s_by_tenant": {t: round(outs[t]["cpu_s"], 3) for t in sorted(outs)},
-        "machine_busy_cores": round(os.cpu_count() * busy / jiffies, 2) if jiffies else None,
+        "machine_busy_cores": busy_cores(before["machine"], after["machine"]),
         "submitter_submit_cpu_s": round(sum(o["submit_cpu_s"] for o in outs.values()), 3),
         "cpu_us_per_task_submitters": round(1e6 * sub_cpu / max(1, ran)),
         "cpu_us_per_task_actors": round(1e6 * sum(actors.values()) / max(1, ran)),
