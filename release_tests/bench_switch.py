@@ -39,6 +39,12 @@ def _pct(values, q):
     return v[min(len(v) - 1, int(q * len(v)))] if v else None
 
 
+def _p50_p99(rows) -> dict:
+    """Per key of ``rows`` (dicts of seconds): [p50, p99] in ms."""
+    keys = sorted({k for r in rows for k in r})
+    return {k: [round(1e3 * _pct([r[k] for r in rows if k in r], q), 1) for q in (0.5, 0.99)] for k in keys}
+
+
 def _submitter_cls():
     import ray
 
@@ -126,11 +132,13 @@ def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
         _warm_up(rt, subs)
         gens = {f"{a}->{b}": [], f"{b}->{a}": []}
         freeze = {k: [] for k in gens}
+        steps = {k: [] for k in gens}
         for i in range(2 * n):
             frm, to = (a, b) if i % 2 == 0 else (b, a)
             entry = rt.switch(to)
             gens[f"{frm}->{to}"].append(entry["generation"])
             freeze[f"{frm}->{to}"].append(entry["freeze_s"])
+            steps[f"{frm}->{to}"].append(entry["freeze_steps_s"])
             time.sleep(interval_s)  # decisions under the new plan before the next switch
         stop.set()
         loader.join()
@@ -150,10 +158,16 @@ def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
                                       for k, v in x.items()} for x in split],
                         "pause_p50_ms": round(1e3 * _pct(seen, 0.5), 1), "pause_p99_ms": round(1e3 * _pct(seen, 0.99), 1),
                         "pause_max_ms": round(1e3 * max(seen), 1),
-                        "freeze_p50_ms": round(1e3 * statistics.median(freeze[key]), 1)}
+                        "freeze_p50_ms": round(1e3 * statistics.median(freeze[key]), 1),
+                        # where the pauses and the freezes went, part by part: p50 / p99 (ms)
+                        "parts_pct_ms": _p50_p99([{k: v for k, v in x.items() if k not in ("generation", "process")}
+                                                  for x in split]),
+                        "freeze_steps_pct_ms": _p50_p99(steps[key])}
             print(f"{key:>28}: pause p50 {out[key]['pause_p50_ms']} ms, p99 {out[key]['pause_p99_ms']} ms "
                   f"({len(seen)} samples; from the freeze on p50 {out[key]['own_p50_ms']}, p99 "
                   f"{out[key]['own_p99_ms']} ms); freeze p50 {out[key]['freeze_p50_ms']} ms", flush=True)
+            print(f"{'':>28}  parts p50/p99 ms {out[key]['parts_pct_ms']}; freeze steps {out[key]['freeze_steps_pct_ms']}",
+                  flush=True)
         ra.shutdown()
         for s in subs:
             ray.kill(s)

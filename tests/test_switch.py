@@ -182,11 +182,16 @@ def _check_switch(rt, entry, to: str, generation: int) -> None:
     # a task of this process waited through the switch (_Load.submit_frozen), so the pause its
     # callers saw is measured, from the replaced plan's last decision -- one decided before the freeze
     # may launch after it -- to the next plan's first (maybe after the switch returned); its parts
-    # follow one another: none negative, together the pause
+    # follow one another: none negative, together the pause (handing over is a part of the frozen one)
     parts = wait_for(lambda: rt.pause_parts().get(generation), timeout=30,
                      message=lambda: f"the pause of the switch to generation {generation} (pauses: {rt.pause_parts()})")
-    assert min(parts.values()) >= 0 and sum(parts.values()) == pytest.approx(rt.pauses()[generation]), \
+    assert min(parts.values()) >= 0 and parts["handing"] <= parts["frozen"], parts
+    assert parts["idle"] + parts["frozen"] + parts["after"] == pytest.approx(rt.pauses()[generation]), \
         (parts, rt.pauses())
+    # the coordinator's freeze, step by step: every process frozen, the State collected, installed, published
+    steps = entry["freeze_steps_s"]
+    assert set(steps) == {"acks", "collect", "install", "publish"} and min(steps.values()) >= 0, steps
+    assert sum(steps.values()) == pytest.approx(entry["freeze_s"]), entry
 
 
 def _switch_under_load(rt, to: str, on_phase=None, long_tasks: int = 2):

@@ -289,8 +289,8 @@ class PolicyRuntime:
         self.router.wait_generation(new.generation)
         entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,
                  "reason": reason, "estimates": estimates or {}, "measured": measured or {},
-                 "freeze_s": what["freeze_s"], "build_s": what["build_s"], "prepare_s": what["prepare_s"],
-                 "from_spare": what["from_spare"],
+                 "freeze_s": what["freeze_s"], "freeze_steps_s": what["freeze_steps_s"], "build_s": what["build_s"],
+                 "prepare_s": what["prepare_s"], "from_spare": what["from_spare"],
                  "exact": what["exact"], "unacked": what["unacked"]}
         log.info("ray-adaptive: policy %r: %s -> %s in %.3f s: %s", self.name, before, lowered.name,
                  what["freeze_s"], reason)
@@ -353,8 +353,9 @@ class PolicyRuntime:
     def pause_parts(self) -> Dict[int, Dict[str, float]]:
         """Generation -> where that switch's pause (:meth:`pauses`) went, in seconds: ``idle`` (no
         decision here between the last one and the freeze: e.g. every node was full), ``frozen``
-        (the switch itself, freeze to resume) and ``after`` (resumed to the first decision)."""
-        return {g: {"idle": i, "frozen": f, "after": a} for g, i, f, a in self.router.gate.pause_parts}
+        (the switch itself, freeze to resume; ``handing`` of it: until this process's decider had handed
+        over what it held) and ``after`` (resumed to the first decision)."""
+        return {g: {"idle": i, "frozen": f, "after": a, "handing": h} for g, i, f, a, h in self.router.gate.pause_parts}
 
     # -- what the control loop reads (see ray_adaptive.control_loop.ControlledRuntime) -------------
     def cluster_loads(self) -> Dict[str, dict]:

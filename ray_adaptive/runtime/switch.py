@@ -313,7 +313,9 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
     topology and what happened (``build_s``: the next generation's actors started, ``from_spare`` of them
     started ahead; ``prepare_s``: the
-    processes made their side of it; ``freeze_s``: announce to publish; ``exact``; ``unacked`` processes).
+    processes made their side of it; ``freeze_s``: announce to publish, and ``freeze_steps_s`` where it went:
+    ``acks`` every process frozen, ``collect`` the State taken, ``install`` it in the new selector,
+    ``publish`` the new generation in force; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
     left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`). ``nodes`` and
@@ -343,8 +345,10 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     start = time.perf_counter()
     prepare_s = start - began - built_s
     unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
+    acked = time.perf_counter()
     phase("frozen", new)
     state, exact = (None, False) if rebuild else _collect(old, store, incarnation)
+    collected = time.perf_counter()
     phase("collected", new)
     if not exact:
         state = None
@@ -352,13 +356,17 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     selector = new.selector
     if selector is not None:
         _retry(lambda: selector.install.remote(state), "the new selector")
+    installed = time.perf_counter()
     _retry(lambda: store.publish.remote(new.config(), {**new.initial_state(), **(state or {})}, new.merge_rules()),
            "the state store")
-    freeze_s = time.perf_counter() - start
+    published = time.perf_counter()
+    freeze_s = published - start
     phase("published", new)
     old.retire()
     if unacked:
         log.warning("ray-adaptive: processes %s did not freeze for the switch to %r (dead, or silent for %g s): "
                     "taken for dead", unacked, plan.name, ack_timeout_s)
     return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
-                 "exact": exact, "unacked": unacked}
+                 "exact": exact, "unacked": unacked,
+                 "freeze_steps_s": {"acks": acked - start, "collect": collected - acked, "install": installed - collected,
+                                    "publish": published - installed}}

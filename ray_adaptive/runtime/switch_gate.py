@@ -35,12 +35,13 @@ class SwitchGate:
         self.held_stopped: List[RoutedTask] = []  # runs stopped for a preemption while frozen (still placed)
         self.handover: Optional[Handover] = None  # what the frozen decider handed over
         self.pauses: Deque[Tuple[int, float]] = deque(maxlen=1000)  # (generation, seconds without a decision)
-        # ... and where each went: (generation, idle before the freeze, frozen, resumed to first decision)
-        self.pause_parts: Deque[Tuple[int, float, float, float]] = deque(maxlen=1000)
+        # ... and where each went: (generation, idle before the freeze, frozen, resumed to first decision,
+        # of the frozen part the decider's handing over)
+        self.pause_parts: Deque[Tuple[int, float, float, float, float]] = deque(maxlen=1000)
         self._last_launch = 0.0  # (monotonic) the last decision launched: a pause starts there
         self._pause_from: Optional[float] = None
         self._pause_plan = -1  # the generation being replaced: its late decisions do not end the pause
-        self._frozen_at = self._resumed_at = 0.0
+        self._frozen_at = self._handed_at = self._resumed_at = 0.0
 
     def close(self, generation: int) -> None:
         """A switch away from ``generation`` begins: hold everything from now on."""
@@ -55,6 +56,7 @@ class SwitchGate:
     def frozen_with(self, handover: Handover, placed_per_node: Dict[str, int]) -> dict:
         """The frozen decider handed ``handover`` over; what this process holds, for the switch's ack."""
         self.handover = handover
+        self._handed_at = time.monotonic()
         return {"pending": len(handover.arrived) + len(handover.new) + len(self.held),
                 "running": sum(placed_per_node.values()), "outstanding": placed_per_node}
 
@@ -95,5 +97,6 @@ class SwitchGate:
         start = self._pause_from
         self.pauses.append((generation, now - start))
         self.pause_parts.append((generation, max(0.0, self._frozen_at - start),
-                                 self._resumed_at - max(self._frozen_at, start), now - self._resumed_at))
+                                 self._resumed_at - max(self._frozen_at, start), now - self._resumed_at,
+                                 max(0.0, self._handed_at - max(self._frozen_at, start))))
         self._pause_from = None
