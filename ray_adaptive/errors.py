@@ -74,7 +74,10 @@ class PlacementDeadlineExceeded(RayAdaptiveError, TimeoutError):
     ``placed_after_s``: None when no scheduler placed it in time; else how many seconds after its
     submission a placement reached the submitting process -- decided just before the deadline, seen
     after it, so not launched (its room went back at once). Many of these mean a backlog served oldest
-    first: decisions spent on tasks too old to use them (``rt.stats()["dropped_placed_late"]``)."""
+    first: decisions spent on tasks too old to use them (``rt.stats()["dropped_placed_late"]``). One
+    below its ``deadline_s`` was placed in time, but its process came to launch it after the deadline
+    -- busy launching a burst decided at once, e.g. the backlog a live switch handed over -- so it was
+    not launched either (``rt.stats()["dropped_launched_late"]``)."""
 
     def __init__(self, message: str, placed_after_s: Optional[float] = None):
         super().__init__(message)

@@ -67,3 +67,61 @@ def test_the_placement_time_survives_pickling():
     err = pickle.loads(pickle.dumps(PlacementDeadlineExceeded("late", placed_after_s=1.5)))
     assert (str(err), err.placed_after_s) == ("late", 1.5)
     assert pickle.loads(pickle.dumps(PlacementDeadlineExceeded("never"))).placed_after_s is None
+
+
+class _Clock:
+    """The decider's side the launch cycle uses: the runtime's clock (advanced by each launch here, as a
+    busy process's launches take time) and the room that comes back."""
+
+    def __init__(self) -> None:
+        self.t, self.freed = 0.0, []
+
+    def now(self) -> float:
+        return self.t
+
+    def finished(self, ids):
+        self.freed += ids
+        return []
+
+
+def test_a_task_whose_turn_to_launch_comes_after_its_deadline_is_not_launched_and_its_room_goes_back():
+    """A burst decided at once (a switch's handover of a backlog, oldest first) is launched one task at a
+    time: a task placed in time whose launch would come after its deadline is dropped, not launched to
+    hold a slot for nothing; the others launch."""
+    stats = RouterStats()
+    book = _book(stats)
+    clock = _Clock()
+    book.decider = clock
+    launches = []
+
+    def launch(node):  # each launch takes 0.3 s of the process's time
+        clock.t += 0.3
+        launches.append(node)
+
+    states = []
+    for tid, deadline in (("a", 1.0), ("b", 0.5), ("c", 2.0)):
+        state = TaskState(tid, arrival=0.0, fields={}, deadline=deadline)
+        state.node = f"node-{tid}"
+        book.tasks[tid] = RoutedTask(state, launch=launch)
+        states.append(state)
+    claimed, gone, plan = book.claim(states, now=0.2)
+    assert [t.state.id for t in claimed] == ["a", "b", "c"] and gone == []
+    clock.t = 0.2
+    book.fire(claimed, gone, plan)
+    # a launched at 0.2 (done 0.5); b's turn came at 0.5 -- its deadline, not after: launched (done 0.8);
+    # c's at 0.8, in time. Then a burst where the second's turn comes after its deadline:
+    assert launches == ["node-a", "node-b", "node-c"] and clock.freed == []
+    late = [TaskState(tid, arrival=1.0, fields={}, deadline=1.5) for tid in ("d", "e")]
+    for state in late:
+        state.node = f"node-{state.id}"
+        book.tasks[state.id] = RoutedTask(state, launch=launch)
+    claimed, gone, plan = book.claim(late, now=1.25)
+    clock.t = 1.25
+    book.fire(claimed, gone, plan)
+    assert launches[3:] == ["node-d"] and clock.freed == ["e"]  # e's room went back
+    err = claimed[1].error
+    assert isinstance(err, PlacementDeadlineExceeded)
+    assert "placed in time but its launch came 0.050 s after its deadline" in str(err)
+    assert err.placed_after_s == pytest.approx(0.25)  # placed 0.25 s after submission: in time
+    assert "e" not in book.tasks and (stats.dropped, stats.dropped_launched_late, stats.dropped_placed_late) == (1, 1, 0)
+    assert stats.dispatched == 4

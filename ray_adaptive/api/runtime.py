@@ -102,14 +102,15 @@ class PolicyRuntime:
     def stats(self) -> dict:
         """Counts so far (this process's submissions: submitted = dispatched + dropped + failed + pending;
         ``dropped_placed_late``: of the dropped, those whose placement reached this process after their
-        deadline -- see :class:`~ray_adaptive.errors.PlacementDeadlineExceeded`) and decision latency
-        percentiles (seconds)."""
+        deadline, ``dropped_launched_late``: those placed in time whose launch here came after it -- see
+        :class:`~ray_adaptive.errors.PlacementDeadlineExceeded`) and decision latency percentiles (seconds)."""
         s = self.router.stats
         p50, p99 = percentiles(self.router.decision_latencies(), (0.5, 0.99))
         return {"plan": self.plan.name, "architecture": self.plan.architecture,
                 "held_by": "ray" if self.topology.overflow else "caller", "submitted": s.submitted,
                 "dispatched": s.dispatched, "finished": s.finished, "dropped": s.dropped,
-                "dropped_placed_late": s.dropped_placed_late, "failed": s.failed, "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
+                "dropped_placed_late": s.dropped_placed_late, "dropped_launched_late": s.dropped_launched_late,
+                "failed": s.failed, "pending": self.router.pending, "decision_p50_s": p50, "decision_p99_s": p99}
 
     def export(self) -> dict:
         """Queues and State of every scheduler this process can reach: what a replacing plan needs."""

@@ -75,6 +75,7 @@ class RouterStats:
     finished: int = 0
     dropped: int = 0  # not placed by their deadline: never launched
     dropped_placed_late: int = 0  # of them, placed just before it, the placement seen here after it
+    dropped_launched_late: int = 0  # of them, placed in time, their turn to launch here after it
     failed: int = 0  # the policy failed on them (a hook or Score raised: PolicyRuntimeError): never launched
     preempted: int = 0  # runs stopped for a preemption (their tasks waited again)
     harvests: int = 0  # looks for finished tasks (a ray.wait each)

@@ -73,6 +73,7 @@ class Selector:
         self._wait_s = wait_s
         self._cond = threading.Condition()
         self._installed = self._closed = self._frozen = False
+        self._woken: set = set()  # clients whose long poll is to end now (see wake)
         self._spare = spare  # (store name, namespace, generation): started before its switch, configured by it
         with warnings.catch_warnings():  # (Ray reads the actor table through a deprecated API)
             warnings.simplefilter("ignore")
@@ -215,7 +216,7 @@ class Selector:
         that client's tasks, a :class:`Lease` (its tasks back, undecided, with State), or, to the
         holder of the lease, a :class:`Recall`. ``holding``: the client holds this selector's lease."""
         with self._cond:
-            if not self._installed:  # (a switch installs the State before any process is told to come)
+            if not self._installed:  # (a switch installs the State while it tells the processes to come)
                 self._cond.wait_for(lambda: self._installed or self._closed, timeout=30.0)
             now = self._now()
             desk = self._desk
@@ -230,8 +231,10 @@ class Selector:
                 self._take_back(client, handback)
             if desk.holder == client:  # the holder's long poll: answered at a recall
                 deadline = time.monotonic() + self._wait_s
-                while desk.recalled_at is None and not self._closed and time.monotonic() < deadline:
+                while (desk.recalled_at is None and not self._closed and client not in self._woken
+                       and time.monotonic() < deadline):
                     self._cond.wait(deadline - time.monotonic())
+                # (woken, it stays so: the handback its process makes next is not kept waiting either)
                 return Recall(desk.recalled_at is not None, self.incarnation)
             if desk.holder is not None:  # another client wants decisions: the lease comes back first
                 if desk.recall():
@@ -252,13 +255,16 @@ class Selector:
             if pre is not None and tasks:
                 pre.arrived()
             self._decide(now)
-            deadline = time.monotonic() + self._wait_s
+            # (a handback is answered at once: the finishes its process holds until it lands may be the room
+            # its tasks wait for -- a long poll here would wait out ``wait_s`` for them)
+            deadline = time.monotonic() + (self._wait_s if handback is None else 0.0)
             while (not self._mail.get(client) and self._waiting.get(client) and not self._closed
-                   and not (pre is not None and pre.mail.get(client))):
+                   and client not in self._woken and not (pre is not None and pre.mail.get(client))):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
+            self._woken.discard(client)
             out = self._mail.pop(client, [])
             if out:
                 self._delivery.taken(client)
@@ -415,6 +421,13 @@ class Selector:
             self._cond.notify_all()
 
     # ---------------------------------------------------------- live switches
+    def wake(self, client: str) -> None:
+        """End ``client``'s long poll now (or its next one's: a call may land after this): its process
+        freezes for a live switch, which waits for its call in flight to land."""
+        with self._cond:
+            self._woken.add(client)
+            self._cond.notify_all()
+
     def install(self, state: Optional[dict]) -> str:
         """The State handed over by the plan this one replaces (None: the initial State; the processes
         rebuild theirs); exchanges are answered from now on. Returns this incarnation."""

@@ -331,6 +331,10 @@ class SelectorClient:
         with self._cond:
             self._freezing = True
             self._cond.notify_all()
+            in_flight = not (self._parked or self._closed)
+        if in_flight:  # a call may be in the selector's long poll: answered now, not at its end
+            self._selector.wake.remote(self.client)
+        with self._cond:
             self._cond.wait_for(lambda: self._parked or self._closed, timeout=timeout_s)
             finishing, self._finishing = self._finishing, []
             refinish, self._refinish = self._refinish, []

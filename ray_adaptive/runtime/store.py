@@ -295,18 +295,22 @@ class StateStore:
             self._cond.wait_for(lambda: not self._missing(clients, self._ready), timeout=timeout_s)
             return self._missing(clients, self._ready)
 
-    def announce(self, generation: int) -> Tuple[List[str], str]:
-        """Ask every registered process to freeze for ``generation``; return them, and this store's
-        incarnation (idempotent). Those registered with an incarnation that died and not heard from since
-        are among them: each registers again at its next watch and acks; one the switch did not wait for
-        would decide on under the plan it had, and take up a later generation with its running tasks
-        counted in a State that never held their OnDispatch."""
+    def announce(self, generation: int, wait_s: float = 0.0) -> Tuple[List[str], str, List[str]]:
+        """Ask every registered process to freeze for ``generation``; return them, this store's
+        incarnation, and those of them that did not ack within ``wait_s`` (idempotent; the wait is
+        :meth:`wait_acks`'s, in the same call: a switch's pause counts every round trip). Those
+        registered with an incarnation that died and not heard from since are among them: each registers
+        again at its next watch and acks; one the switch did not wait for would decide on under the plan
+        it had, and take up a later generation with its running tasks counted in a State that never held
+        their OnDispatch."""
         with self._cond:
             self._check_next(generation)
             if self._phase != "freezing":
                 self._phase, self._acks = "freezing", {}
             self._cond.notify_all()
-            return sorted({*self._clients, *self._former}), self.incarnation
+            clients = sorted({*self._clients, *self._former})
+            self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=wait_s)
+            return clients, self.incarnation, self._missing(clients, self._acks)
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
         """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
@@ -334,10 +338,11 @@ class StateStore:
         with self._cond:
             return copy_state(self._state)
 
-    def snapshot(self) -> Tuple[dict, str]:
-        """:meth:`state`, and this store's incarnation (a restarted one lost the replicas' pushes)."""
+    def snapshot(self) -> Tuple[dict, str, bool]:
+        """:meth:`state`, this store's incarnation (a restarted one lost the replicas' pushes) and
+        :meth:`restarted`: what a switch collects, in one call."""
         with self._cond:
-            return copy_state(self._state), self.incarnation
+            return copy_state(self._state), self.incarnation, self._restarted
 
     def publish(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]) -> None:
         """Put ``config``'s generation in force with ``state`` as its base State; every process resumes."""

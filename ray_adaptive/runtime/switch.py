@@ -248,12 +248,15 @@ def _freeze_all(store: Actor, generation: int, ack_timeout_s: float) -> Tuple[Li
     every switch until their eviction would last the whole ``ack_timeout_s``); the job watch evicts them."""
     deadline = time.monotonic() + ack_timeout_s
     while True:  # (each answer names the store's incarnation: no round trip of its own to ask it)
-        clients, incarnation = _retry(lambda: store.announce.remote(generation), "the state store")
-        while True:
+        left = max(0.0, deadline - time.monotonic())
+        clients, incarnation, missing = _retry(lambda: store.announce.remote(generation, min(left, DEAD_CHECK_S)),
+                                               "the state store")
+        acked_by = incarnation
+        while missing and left > DEAD_CHECK_S and not _all_dead(store, missing):
             left = max(0.0, deadline - time.monotonic())
             missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, min(left, DEAD_CHECK_S)),
                                        "the state store")
-            if acked_by != incarnation or not missing or left <= DEAD_CHECK_S or _all_dead(store, missing):
+            if acked_by != incarnation:
                 break
         if acked_by == incarnation:
             return missing, incarnation
@@ -270,40 +273,54 @@ def _all_dead(store: Actor, clients: List[str]) -> bool:
     return set(clients) <= dead
 
 
+def _get_or_retry(ref: Any, call: Callable[[], Any], what: str) -> Any:
+    """``ray.get(ref)`` of a call already made (``call()`` made it), or :func:`_retry` of it if its actor
+    was restarting."""
+    try:
+        return ray.get(ref, timeout=60.0)
+    except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError):
+        return _retry(call, what)
+
+
 def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[dict], bool]:
-    """The State of the plan in force, and whether it is exact (see the module doc)."""
-    if _retry(lambda: store.restarted.remote(), "the state store"):
+    """The State of the plan in force, and whether it is exact (see the module doc). Every process
+    pushed its replica's last changes before it acked, so the store's snapshot is asked for at once,
+    beside the selector's freeze -- except a hybrid's, whose placements push theirs when they freeze."""
+    snapshot = store.snapshot.remote
+    early = snapshot() if old.selector is None or not old.plan.local_state else None
+    state: Optional[dict] = None
+    exact = True
+    if old.selector is not None:
+        try:
+            out = ray.get(old.selector.freeze.remote(), timeout=60)
+            state, exact = out["state"], out["exact"]
+        except Exception:  # it died: its State is gone
+            state, exact = None, False
+        if exact and old.plan.local_state:
+            try:  # the hybrid's placements keep replicas of what the node part reads: their last changes
+                ray.get([p.freeze.remote() for p in old.placements], timeout=60)
+            except Exception:
+                exact = False
+    merged, now, restarted = (_get_or_retry(early, snapshot, "the state store") if early is not None
+                              else _retry(snapshot, "the state store"))
+    if restarted or now != incarnation:
         # the store restarted since the plan in force began (or during this switch): a process that had not
         # registered again when the switch was announced was not waited for -- its replica's last changes
         # never reach the store, its finish notifications may reach the frozen selector after its State
         # was taken -- so the State is rebuilt from every process's tasks instead (each process, late or
         # not, rebuilds its share when it takes up the new generation)
         return None, False
-    state: Optional[dict] = None
-    if old.selector is not None:
-        try:
-            out = ray.get(old.selector.freeze.remote(), timeout=60)
-        except Exception:  # it died: its State is gone
-            return None, False
-        state, exact = out["state"], out["exact"]
-        if not old.plan.local_state:
-            return state, exact
-        try:  # the hybrid's placements keep replicas of what the node part reads: their last changes
-            ray.get([p.freeze.remote() for p in old.placements], timeout=60)
-        except Exception:
-            exact = False
-    else:
-        exact = True
-    merged, now = _retry(lambda: store.snapshot.remote(), "the state store")
-    if now != incarnation:
-        return state, False  # a restarted store lost the replicas' pushes
-    if state is None:
-        return merged, exact
+    if not exact:
+        return None, False
+    if state is None:  # (no selector: the replicas' State)
+        return merged, True
+    if not old.plan.local_state:  # (the selector holds it all)
+        return state, True
     where = dict(old.plan.plan.state)
     for var, value in merged.items():
         if "selector" not in where.get(var, "selector"):
             state[var] = value
-    return state, exact
+    return state, True
 
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
@@ -314,8 +331,8 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     topology and what happened (``build_s``: the next generation's actors started, ``from_spare`` of them
     started ahead; ``prepare_s``: the
     processes made their side of it; ``freeze_s``: announce to publish, and ``freeze_steps_s`` where it went:
-    ``acks`` every process frozen, ``collect`` the State taken, ``install`` it in the new selector,
-    ``publish`` the new generation in force; ``exact``; ``unacked`` processes).
+    ``acks`` every process frozen, ``collect`` the State taken, ``publish`` the new generation in force --
+    ``install_s``: the State in the new selector, beside the publish; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
     left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`). ``nodes`` and
@@ -354,12 +371,16 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
         state = None
     new.rebuild = not exact
     selector = new.selector
-    if selector is not None:
-        _retry(lambda: selector.install.remote(state), "the new selector")
-    installed = time.perf_counter()
+    # the new selector gets its State while the store publishes: a process that resumes first waits in
+    # its first exchange until the State is in (the selector answers none before)
+    install = (lambda: selector.install.remote(state)) if selector is not None else None
+    installing = install() if install is not None else None
     _retry(lambda: store.publish.remote(new.config(), {**new.initial_state(), **(state or {})}, new.merge_rules()),
            "the state store")
     published = time.perf_counter()
+    if install is not None:
+        _get_or_retry(installing, install, "the new selector")
+    installed = time.perf_counter()
     freeze_s = published - start
     phase("published", new)
     old.retire()
@@ -368,5 +389,5 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
                     "taken for dead", unacked, plan.name, ack_timeout_s)
     return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
                  "exact": exact, "unacked": unacked,
-                 "freeze_steps_s": {"acks": acked - start, "collect": collected - acked, "install": installed - collected,
-                                    "publish": published - installed}}
+                 "freeze_steps_s": {"acks": acked - start, "collect": collected - acked, "publish": published - collected},
+                 "install_s": installed - collected}

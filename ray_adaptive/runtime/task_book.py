@@ -101,7 +101,19 @@ class TaskBook:
         """Launch claimed tasks (outside the lock), then count them launched, in one lock round; settle
         ``gone`` and the launches Ray refused. ``plan``: the generation that decided them (see :meth:`claim`)."""
         launched = []
+        now = self.decider.now
         for task in claimed:
+            late = now() - task.state.deadline
+            if late > 0:  # placed in time, but its turn to launch came after its deadline: not launched,
+                # as claim drops one placed too late (a switch's handover or a burst of decisions is launched
+                # one task at a time, oldest first; launched, it would hold a slot for nothing)
+                with self._lock:
+                    self.tasks.pop(task.state.id, None)
+                    self.drop(task, f"was placed in time but its launch came {late:.3f} s after its deadline "
+                              f"(its process launched the tasks decided before it first)",
+                              task.dispatched_at - task.state.arrival, launched_late=True)
+                gone.append(task)
+                continue
             try:
                 if task.state.preemptible:
                     launched.append((task, self._launch_run(task)))
@@ -239,10 +251,14 @@ class TaskBook:
             self._monitor.finished(now, [TaskSpec(t.state.id, t.state.arrival, max(now - t.dispatched_at, 0.0),
                                                   fields=t.state.fields) for t in finished])
 
-    def drop(self, task: RoutedTask, when: str, placed_after_s: Optional[float] = None) -> None:
-        """Settle a task that missed its deadline (``placed_after_s``: its placement came, too late)."""
+    def drop(self, task: RoutedTask, when: str, placed_after_s: Optional[float] = None,
+             launched_late: bool = False) -> None:
+        """Settle a task that missed its deadline (``placed_after_s``: when its placement came -- too late,
+        or in time and its launch not: ``launched_late``)."""
         self._stats.dropped += 1
-        if placed_after_s is not None:
+        if launched_late:
+            self._stats.dropped_launched_late += 1
+        elif placed_after_s is not None:
             self._stats.dropped_placed_late += 1
         if self._monitor is not None:
             self._monitor.dropped(task.state.fields)
