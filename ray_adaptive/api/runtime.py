@@ -290,8 +290,8 @@ class PolicyRuntime:
         self.router.wait_generation(new.generation)
         entry = {"time": start, "generation": new.generation, "from": before, "to": lowered.name,
                  "reason": reason, "estimates": estimates or {}, "measured": measured or {},
-                 "freeze_s": what["freeze_s"], "freeze_steps_s": what["freeze_steps_s"], "build_s": what["build_s"],
-                 "prepare_s": what["prepare_s"], "from_spare": what["from_spare"],
+                 "freeze_s": what["freeze_s"], "freeze_steps_s": what["freeze_steps_s"], "install_s": what["install_s"],
+                 "build_s": what["build_s"], "prepare_s": what["prepare_s"], "from_spare": what["from_spare"],
                  "exact": what["exact"], "unacked": what["unacked"]}
         log.info("ray-adaptive: policy %r: %s -> %s in %.3f s: %s", self.name, before, lowered.name,
                  what["freeze_s"], reason)
