@@ -269,7 +269,7 @@ def run_plan(plan: str, rate: float, exp: RayExperiment = RayExperiment()) -> di
         "service_ms": round(service_s * 1e3, 2),
         "offered": round(sum(offered.values()), 2), "goodput": round(sum(goodput.values()), 2),
         "drops": sum(not ok for res, *_ in results for _, _, ok in res),
-        # of the drops, those no scheduler placed by the deadline (the rest started after it)
+        # of the drops, those never launched -- not placed, or not launched, by the deadline (the rest started after it)
         "unplaced": sum(start == float("inf") for res, *_ in results for _, start, _ in res),
         "jfi": round(jain_index(list(ratios.values())), 4),
         "decision_p50_ms": round(stats["decision_p50_s"] * 1e3, 3),
