@@ -84,6 +84,27 @@ def test_a_cheaper_plan_at_the_same_goodput_is_taken_only_when_asked():
     assert keep.switch_to is None
 
 
+def test_periodic_work_counts_in_the_cost_so_a_syncing_plan_is_left_at_low_load():
+    # the same per-task latency; D's schedulers keep 0.08 cores busy syncing, C's selector 0.014
+    d = PlanEstimate(750, 1.0, 1.0, 2.15e-3, periodic=0.084)
+    c = PlanEstimate(460, 1.0, 1.0, 2.15e-3, periodic=0.014)
+    assert d.cost_s(150) == pytest.approx(2.15e-3 + 0.084 / 150) and d.cost_s(0) == math.inf
+    fast = {C: PlanEstimate(2000, 1.0, 1.0, 2.15e-3, periodic=0.014),  # (both carry 1,000/s: cost alone decides)
+            D: PlanEstimate(2000, 1.0, 1.0, 2.15e-3, periodic=0.084)}
+    cells = {(0, 0): {C: c, D: d}, (1, 0): fast}
+    t = EstimateTable("p", 1.2, 4, 4000.0, (150.0, 1000.0), (1.0,), PLANS[:2], cells, {(0, 0): C, (1, 0): C})
+    v = Controller(t, Settings(consecutive=1, dwell_s=0), D).evaluate(Measurement(1.0, 150.0))
+    assert _to(v) == C and v.reason.startswith("cheaper: 2.24 vs 2.71 ms")
+    assert v.estimates[D]["periodic"] == 0.084
+    # at 1,000 tasks/s the syncs are shared by more tasks: 2.16 vs 2.23 ms is within the margin
+    v = Controller(t, Settings(consecutive=1, dwell_s=0), D).evaluate(Measurement(1.0, 1000.0))
+    assert v.switch_to is None and "not better enough" in v.reason
+    # without periodic work the two cost the same: the controller had no reason to leave D
+    flat = {(0, 0): {C: PlanEstimate(460, 1.0, 1.0, 2.15e-3), D: PlanEstimate(750, 1.0, 1.0, 2.15e-3)}}
+    t0 = EstimateTable("p", 1.2, 4, 4000.0, (150.0,), (1.0,), PLANS[:2], flat, {(0, 0): C})
+    assert Controller(t0, Settings(consecutive=1, dwell_s=0), D).evaluate(Measurement(1.0, 150.0)).switch_to is None
+
+
 def test_a_switch_costing_more_than_it_gains_is_not_made():
     # 460 vs 400 tasks/s for 1 s gains 60 tasks; a 1 s pause at 460/s delays 460
     ctl = Controller(_table(), Settings(consecutive=1, dwell_s=0, horizon_s=1.0, switch_cost_s=1.0), C)

@@ -57,7 +57,7 @@ from ray_adaptive.sim import metrics as M
 from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
-__all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "estimate_quality",
+__all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "periodic_cores", "estimate_quality",
            "effective_parallelism", "ideal_plan", "busy_level", "SKIPPED"]
 
 
@@ -132,9 +132,14 @@ def host_costs(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profi
     work). Per offered task: the plan's first step (receiving it, placed or not); per placed task:
     ``profile.task_cpu_s`` and the plan's other steps; periodic: each scheduler's heartbeat and sync share."""
     arrival = steps[0].seconds if steps else 0.0
+    return arrival, profile.task_cpu_s + sum(s.seconds for s in steps) - arrival, periodic_cores(overhead, plan, nodes)
+
+
+def periodic_cores(overhead: dict, plan: Plan, nodes: int) -> float:
+    """Cores a plan keeps busy with periodic work (heartbeat rounds, state syncs) whatever the load: each
+    role's busy fraction (:attr:`Estimate.overhead`) times its schedulers (one selector, ``plan.k`` others)."""
     counts = {Role.SELECTOR.value: 1, Role.SCHEDULERS.value: plan.k(nodes)}
-    periodic = sum(counts[r] * o for r, o in overhead.items())
-    return arrival, profile.task_cpu_s + sum(s.seconds for s in steps) - arrival, periodic
+    return sum(counts[r] * o for r, o in overhead.items())
 
 
 def host_bound(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profile, nodes: int,

@@ -22,6 +22,7 @@ import numpy as np
 
 from ray_adaptive.control.table import EstimateTable, PlanEstimate
 from ray_adaptive.compiler.cluster import cluster_shape
+from ray_adaptive.compiler.estimates import periodic_cores
 from ray_adaptive.compiler.pipeline import compile_policy
 from ray_adaptive.compiler.profile import Profile
 from ray_adaptive.dsl.ir import Policy
@@ -78,7 +79,8 @@ def estimate_table(policy: Policy, *, nodes: int = 0, executors: int = 1, queue:
         c = compile_policy(policy, rate=rate, trace=trace, nodes=nodes, executors=executors, queue=queue,
                            profile=profile, measure=measure, window=window, limit=limit, seed=seed, workers=workers,
                            replay="all", cluster=given)  # (the controller compares any two plans at any rate: every ratio)
-        cells[(i, 0)] = {e.plan.name: PlanEstimate(e.throughput, e.competitive_ratio, _ratio_high(e), e.latency_s)
+        cells[(i, 0)] = {e.plan.name: PlanEstimate(e.throughput, e.competitive_ratio, _ratio_high(e), e.latency_s,
+                                                   periodic_cores(e.overhead, e.plan, nodes))
                          for e in c.estimates}
         choice[(i, 0)] = c.choice.estimate.plan.name
         plans = plans or tuple(e.plan for e in c.estimates)

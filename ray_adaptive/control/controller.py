@@ -15,7 +15,10 @@ The rules (each setting of :class:`Settings`):
   (``quality``); or the candidate's goodput beats the current's by
   ``margin`` (``goodput``); or, with ``prefer_cheaper``, both carry the
   load within the limit, their goodput is equal within ``margin``, and the
-  candidate costs ``margin`` less scheduler time per task (``cheaper``).
+  candidate costs ``margin`` less scheduler time per task (``cheaper``) --
+  its per-task latency plus its periodic work (heartbeats, syncs) shared by
+  the tasks offered (:meth:`PlanEstimate.cost_s`): at a low rate a plan whose
+  every scheduler syncs costs more per task than one selector.
 * **Is it worth it.** A switch pauses decisions for ``switch_cost_s``
   (updated with each measured pause) and builds new actors: its gain over
   ``horizon_s`` -- the tasks it delivers more, or the scheduler time it
@@ -179,11 +182,12 @@ class Controller:
         if gain > s.margin * max(cur.goodput(rate, cap), 1e-9) and gain * s.horizon > pause:
             return (f"goodput: {cand.goodput(rate, cap):.0f} vs {cur.goodput(rate, cap):.0f} tasks/s at "
                     f"{rate:.0f} tasks/s offered")
-        saved = (cur.latency_s - cand.latency_s) * rate * s.horizon  # scheduler seconds over the horizon
+        cost, cand_cost = cur.cost_s(rate), cand.cost_s(rate)
+        saved = (cost - cand_cost) * rate * s.horizon  # scheduler seconds over the horizon
         if (s.prefer_cheaper and abs(gain) <= s.margin * max(cur.goodput(rate, cap), 1e-9)
-                and cand.latency_s < (1 - s.margin) * cur.latency_s and saved > self.switch_cost_s):
-            return (f"cheaper: {cand.latency_s * 1e3:.2f} vs {cur.latency_s * 1e3:.2f} ms of scheduler time "
-                    f"per task at the same goodput")
+                and cand_cost < (1 - s.margin) * cost and saved > self.switch_cost_s):
+            return (f"cheaper: {cand_cost * 1e3:.2f} vs {cost * 1e3:.2f} ms of scheduler time per task "
+                    f"(periodic work included) at the same goodput")
         return None
 
     def evaluate(self, m: Measurement) -> Verdict:
