@@ -52,6 +52,10 @@ def test_the_adaptive_experiment_on_ray(ray_cluster, tmp_path):
     if res["boundary"]:  # on the estimates, the controller leaves its plan in some phase: the run must have too
         assert len(res["switches"]) >= 1, "\n".join(lines)
         assert adaptive["in_force"].str.contains(",").any() or adaptive["in_force"].nunique() > 1
+        # each switch says how long processes were frozen; the pause is what the submitters' callers saw
+        assert all(s["freeze_s"] > 0 for s in res["switches"]), res["switches"]
+        assert any(s["pause_s"] is not None and s["pause_s"] > 0 for s in res["switches"]), res["switches"]
+        assert "; freeze " in "\n".join(lines) and " ms (the longest a submitting process saw)" in "\n".join(lines)
     else:  # none: it kept its plan, and said why (the controller's verdicts, per phase)
         assert "no phase boundary" in "\n".join(lines)
         assert adaptive["controller"].fillna("").str.len().gt(0).any(), adaptive

@@ -203,7 +203,10 @@ def _run(plan: str, arrivals: Dict[str, List[float]], exp: RayExperiment, nodes:
                 outs = ray.get([subs[t].run.remote(t, arrivals[t], t0, exp, TASK_VEC, TICK_S) for t in arrivals])
             finally:
                 tap.stop()
-        history = [{k: e[k] for k in ("time", "from", "to", "reason", "pause_s")} | {"t": e["time"] - t0}
+        # a switch's pause is what the submitting processes' callers saw (the driver submits nothing)
+        pauses = [o[4] for o in outs]
+        history = [{k: e.get(k) for k in ("time", "from", "to", "reason", "freeze_s")} | {"t": e["time"] - t0}
+                   | {"pause_s": max((p[e["generation"]] for p in pauses if e["generation"] in p), default=None)}
                    for e in rt.history]
     finally:
         ra.shutdown()
@@ -468,7 +471,9 @@ def reproduce_adaptive_ray(out_dir: "str | Path" = "out/reproduce_adaptive_ray",
                         cr_label="competitive ratio (estimated)")
     echo("\n" + format_phases(res["phases"]))
     for s in res["switches"]:
-        pause = f", pause {s['pause_s'] * 1e3:.0f} ms" if s["pause_s"] is not None else ""
+        pause = (f"; freeze {s['freeze_s'] * 1e3:.0f} ms" if s["freeze_s"] is not None else "") + (
+            f", pause {s['pause_s'] * 1e3:.0f} ms (the longest a submitting process saw)" if s["pause_s"] is not None
+            else "")
         echo(f"switch at {s['t']:.1f} s: {s['from']} -> {s['to']} ({s['reason']}{pause})")
     if not res["switches"]:
         echo("the adaptive run did not switch; the controller's verdicts per phase are in the CSV's 'controller'")

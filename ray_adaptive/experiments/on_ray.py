@@ -96,8 +96,9 @@ def _submitter_cls():
         def run(self, tenant: str, offsets: List[float], t0: float, exp: RayExperiment, vec: list,
                 tick_s: Optional[float] = None) -> tuple:
             """Submit at ``t0 + offsets``; each task's (offset, start - t0, ran on time), this process's
-            decision latency p50/p99, and with ``tick_s`` this process's samples every ``tick_s``:
-            (time - t0, CPU seconds of the process, the decisions made here since the last sample)."""
+            decision latency p50/p99, with ``tick_s`` this process's samples every ``tick_s``:
+            (time - t0, CPU seconds of the process, the decisions made here since the last sample), and
+            the pause its callers saw at each live switch (generation -> seconds)."""
             import threading
 
             import ray_adaptive as ra
@@ -128,8 +129,9 @@ def _submitter_cls():
             done.set()
             if sampler is not None:
                 sampler.join()
-            stats = ra.runtime_of(POLICY).stats()  # this process's decisions (decentralized: made here)
-            return out, stats["decision_p50_s"], stats["decision_p99_s"], samples
+            rt = ra.runtime_of(POLICY)
+            stats = rt.stats()  # this process's decisions (decentralized: made here)
+            return out, stats["decision_p50_s"], stats["decision_p99_s"], samples, rt.pauses()
 
     return Submitter
 
