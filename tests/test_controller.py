@@ -47,6 +47,19 @@ def test_above_the_knee_it_switches_for_goodput_after_k_agreements():
     assert ctl.current == H
 
 
+def test_agreement_is_on_the_rule_so_a_ramp_moving_the_candidate_still_switches():
+    # a ramp: the windowed rate rises from MID (the choice: H) to HIGH (the choice: D); every evaluation
+    # says "leave C for goodput", so the third one switches -- to the last one's candidate
+    t = _table(choice={(0, 0): C, (1, 0): H, (2, 0): D})
+    t = EstimateTable("p", t.limit, t.nodes, t.capacity, t.rates, t.burstiness, t.plans,
+                      {k: {**v, D: PlanEstimate(2000, 1.0, 1.0, 2.0e-3)} for k, v in t.cells.items()}, t.choice)
+    # (agreement on the plan started counting again at HIGH: the switch came one evaluation later, at 3)
+    assert _run(Controller(t, Settings(consecutive=3, dwell_s=0), C), [MID, HIGH, HIGH, HIGH]) == [(2, D)]
+    # an evaluation that keeps the plan (at LOW the plan in force is the choice) starts the count again
+    ctl = Controller(t, Settings(consecutive=2, dwell_s=0), C)
+    assert _run(ctl, [MID, LOW, MID]) == [] and _to(ctl.evaluate(Measurement(200.0, HIGH))) == D
+
+
 def test_a_gain_below_the_margin_is_no_reason():
     t = _table()
     ctl = Controller(t, Settings(consecutive=1, dwell_s=0, margin=0.2), C)  # 460 vs 400: +15% < 20%

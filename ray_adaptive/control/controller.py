@@ -24,8 +24,9 @@ The rules (each setting of :class:`Settings`):
   ``horizon_s`` -- the tasks it delivers more, or the scheduler time it
   saves -- must exceed what the pause delays. A quality switch is always
   worth it.
-* **Hysteresis.** The same candidate on ``consecutive`` evaluations in a
-  row, and no switch within ``dwell_s`` of the last one: a rate sitting on a
+* **Hysteresis.** ``consecutive`` evaluations in a row that call for a
+  switch by the same rule (the switch goes to the latest one's candidate),
+  and no switch within ``dwell_s`` of the last one: a rate sitting on a
   boundary does not flap.
 * **The cluster's size.** A measurement says how many nodes run tasks and
   their executors. The table must be one for that size (:meth:`EstimateTable.fits`):
@@ -78,7 +79,7 @@ class Settings:
     every_s: float = 2.0  # re-evaluate this often
     window_s: float = 5.0  # measure over this much of the recent past
     margin: float = 0.1  # a goodput (or cost) advantage smaller than this is no reason to switch
-    consecutive: int = 3  # evaluations in a row that must agree on the candidate
+    consecutive: int = 3  # evaluations in a row that must call for a switch by the same rule
     dwell_s: float = 10.0  # no switch within this long of the last
     switch_cost_s: float = 0.25  # a switch's pause (until one is measured)
     horizon_s: Optional[float] = None  # a switch's gain is counted over this long (default: dwell_s, at least 10 s)
@@ -215,9 +216,13 @@ class Controller:
             self._streak = (None, 0)
             return keep(f"{choice} is the compiler's choice at {m.rate:.0f} tasks/s but not better enough "
                         f"than {self.current} to switch")
+        # agreement is on the rule, not the plan: as a ramp's windowed rate rises through the grid the
+        # candidate moves between plans that each beat the plan in force for the same reason, and
+        # counting from 1 at each move delayed a switch by evaluations that all called for it
+        rule = why.split(":", 1)[0]
         name, count = self._streak
-        count = count + 1 if name == choice else 1
-        self._streak = (choice, count)
+        count = count + 1 if name == rule else 1
+        self._streak = (rule, count)
         if m.time - self._switched_at < s.dwell_s:
             return keep(f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the last switch)")
         if count < s.consecutive and not first_at_size:
