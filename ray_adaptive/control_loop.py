@@ -58,11 +58,12 @@ def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dic
         >>> a = {"p": {"t": 0.0, "arrivals": 0, "finished": 0, "duration_s": 0.0, "burstiness": 1.0}}
         >>> b = {"p": {"t": 2.0, "arrivals": 100, "finished": 90, "duration_s": 4.5, "burstiness": 1.2}}
         >>> m = measure((10.0, a), (12.0, b))
-        >>> m.rate, m.duration_s, m.burstiness
-        (50.0, 0.05, 1.2)
+        >>> m.rate, m.duration_s, m.burstiness, m.placed
+        (50.0, 0.05, 1.2, None)
     """
     (t0, before), (t1, after) = then, now
     rate = finished = duration = weighted_burst = 0.0
+    placed: Optional[float] = 0.0
     for client, load in after.items():
         old = before.get(client)
         if old is None or load["t"] <= old["t"]:
@@ -73,10 +74,15 @@ def measure(then: Tuple[float, Dict[str, dict]], now: Tuple[float, Dict[str, dic
         finished += load["finished"] - old["finished"]
         duration += load["duration_s"] - old["duration_s"]
         weighted_burst += r * (load.get("burstiness") or 1.0)
+        if placed is not None and "groups" in load and "groups" in old:
+            placed += sum(g["decided"] - old["groups"].get(name, {}).get("decided", 0)
+                          for name, g in load["groups"].items()) / span
+        else:
+            placed = None  # (a report without its groups' counts: not measured)
     if t1 <= t0:
         return None
     return Measurement(time=t1, rate=rate, burstiness=weighted_burst / rate if rate > 0 else 1.0,
-                       duration_s=duration / finished if finished >= 1 else None)
+                       duration_s=duration / finished if finished >= 1 else None, placed=placed)
 
 
 def _size_key(nodes: Sequence[Any]) -> tuple:

@@ -159,6 +159,22 @@ def test_the_cluster_load_is_summed_over_processes_on_their_own_clocks():
     m = measure((1.0, {"a": a0, "b": b0}), (5.0, {"a": a1, "b": b1, "new": a1}))
     assert m.rate == pytest.approx(100 + 100)  # "new" has no earlier report: not counted yet
     assert m.burstiness == pytest.approx(2.0) and m.duration_s == pytest.approx(10.0 / 300)
+    assert m.placed is None  # (reports without their groups' counts)
+    # the tasks placed: each group's decided count, summed over the groups and the processes
+    g = lambda x, y: {"groups": {"x": {"decided": x}, "y": {"decided": y}}}  # noqa: E731
+    m = measure((1.0, {"a": a0 | g(0, 0), "b": b0 | g(5, 5)}),
+                (5.0, {"a": a1 | g(150, 40), "b": b1 | g(105, 305)}))
+    assert m.placed == pytest.approx(190 / 2 + 400 / 4) and m.as_dict()["placed"] == pytest.approx(195.0)
+
+
+def test_a_plan_in_force_placing_less_than_its_estimate_is_judged_by_what_it_placed():
+    # the model gives C 400 tasks/s and H 470 at MID (460 offered): +15% is a reason with margin 0.2 only
+    # if C is measured short of its estimate; measured at 300 (< 80% of 400) H gains 53%
+    ctl = Controller(_table(), Settings(consecutive=1, dwell_s=0, margin=0.2), C)
+    assert ctl.evaluate(Measurement(1.0, MID, placed=390.0)).switch_to is None  # (within the margin: the estimate)
+    v = ctl.evaluate(Measurement(2.0, MID, placed=300.0))
+    assert _to(v) == H and v.reason.startswith("goodput: 460 vs 300 tasks/s measured (estimated 400)"), v.reason
+    assert v.measured["placed"] == 300.0
 
 
 def _to(verdict):

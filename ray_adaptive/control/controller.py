@@ -13,7 +13,8 @@ The rules (each setting of :class:`Settings`):
   plan's quality breaks the policy's ``[limit]`` (the upper end of its
   ratio's confidence interval is above it) and the candidate's does not
   (``quality``); or the candidate's goodput beats the current's by
-  ``margin`` (``goodput``); or, with ``prefer_cheaper``, both carry the
+  ``margin`` (``goodput``: the current's is what it placed, measured, where
+  that falls short of its estimate by more than ``margin``); or, with ``prefer_cheaper``, both carry the
   load within the limit, their goodput is equal within ``margin``, and the
   candidate costs ``margin`` less scheduler time per task (``cheaper``) --
   its per-task latency plus its periodic work (heartbeats, syncs) shared by
@@ -117,10 +118,11 @@ class Measurement:
     message_p50_s: Optional[float] = None  # a round trip between the runtime's processes
     nodes: Optional[int] = None  # nodes that run tasks (None: not measured)
     executors: Optional[int] = None  # their executors, summed
+    placed: Optional[float] = None  # tasks/s the plan in force placed in time (None: not measured)
 
     def as_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()
-                if v is not None or k not in ("nodes", "executors")}  # (the size only where it was measured)
+                if v is not None or k not in ("nodes", "executors", "placed")}  # (these only where measured)
 
 
 @dataclass(frozen=True)
@@ -174,22 +176,33 @@ class Controller:
     def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[str]:
         s, t = self.settings, self.table
         rate, cap, limit = m.rate, t.capacity, t.limit
-        gain = cand.goodput(rate, cap) - cur.goodput(rate, cap)
+        current, source = self._current_goodput(m, cur)
+        gain = cand.goodput(rate, cap) - current
         pause = rate * self.switch_cost_s  # tasks the pause delays
         if not cur.within(limit) and cand.within(limit):
             return f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it"
         if not cand.within(limit):
             return None
-        if gain > s.margin * max(cur.goodput(rate, cap), 1e-9) and gain * s.horizon > pause:
-            return (f"goodput: {cand.goodput(rate, cap):.0f} vs {cur.goodput(rate, cap):.0f} tasks/s at "
+        if gain > s.margin * max(current, 1e-9) and gain * s.horizon > pause:
+            return (f"goodput: {cand.goodput(rate, cap):.0f} vs {current:.0f} tasks/s{source} at "
                     f"{rate:.0f} tasks/s offered")
         cost, cand_cost = cur.cost_s(rate), cand.cost_s(rate)
         saved = (cost - cand_cost) * rate * s.horizon  # scheduler seconds over the horizon
-        if (s.prefer_cheaper and abs(gain) <= s.margin * max(cur.goodput(rate, cap), 1e-9)
+        if (s.prefer_cheaper and abs(gain) <= s.margin * max(current, 1e-9)
                 and cand_cost < (1 - s.margin) * cost and saved > self.switch_cost_s):
             return (f"cheaper: {cand_cost * 1e3:.2f} vs {cost * 1e3:.2f} ms of scheduler time per task "
                     f"(periodic work included) at the same goodput")
         return None
+
+    def _current_goodput(self, m: Measurement, cur: PlanEstimate) -> tuple[float, str]:
+        """The plan in force's goodput at the measured load, and where it comes from: its estimate -- or
+        what it placed, measured, when that is short of the estimate by more than ``margin``. The plan in
+        force is the one plan measured, and a model that overrates it (a host that saturates before its
+        modelled throughput) must not keep it where the compiler's choice would deliver more."""
+        estimated = cur.goodput(m.rate, self.table.capacity)
+        if m.placed is not None and m.placed < (1 - self.settings.margin) * estimated:
+            return m.placed, f" measured (estimated {estimated:.0f})"
+        return estimated, ""
 
     def evaluate(self, m: Measurement) -> Verdict:
         """Keep the plan in force, or switch (see the module doc)."""
