@@ -112,6 +112,7 @@ class PlanWatcher:
 
     POLL_S = 2.0
     STOP_CHECK_S = 0.1
+    PREPARE_CALL_S = 5.0  # a call to the next generation's actors while preparing waits at most this long
 
     def __init__(self, router: Follower):
         self._router = router
@@ -210,6 +211,13 @@ class PlanWatcher:
         except Exception:  # (made again at resume, where a failure is reported)
             log.debug("ray-adaptive: preparing generation %s failed", cfg.get("generation"), exc_info=True)
             return
+        if topo.selector is not None:
+            # this process's first call to a new actor waits for its address and opens a channel to it:
+            # made now, not as the first exchange after the resume, inside every caller's pause
+            try:
+                background.get(topo.selector.ping.remote(), timeout=self.PREPARE_CALL_S)
+            except Exception:  # (the exchange after the resume reports a selector that does not answer)
+                log.debug("ray-adaptive: the next selector did not answer a ping", exc_info=True)
         self._prepared = (cfg["generation"], cfg["plan"].name, topo, decider)
 
     def _take_prepared(self, cfg: dict) -> Tuple[Topology, Optional[Decider]]:
