@@ -112,7 +112,10 @@ class PlanWatcher:
 
     POLL_S = 2.0
     STOP_CHECK_S = 0.1
-    PREPARE_CALL_S = 5.0  # a call to the next generation's actors while preparing waits at most this long
+    # a call to the next generation's actors while preparing waits at most this long: well under the
+    # switch's wait for every process to have prepared (PREPARE_TIMEOUT_S), so one that does not answer
+    # delays no process's freeze by more
+    PREPARE_CALL_S = 0.5
 
     def __init__(self, router: Follower):
         self._router = router
