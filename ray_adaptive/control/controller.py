@@ -173,24 +173,25 @@ class Controller:
         if pause_s is not None and pause_s >= 0:
             self.switch_cost_s = 0.5 * self.switch_cost_s + 0.5 * pause_s
 
-    def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[str]:
+    def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[tuple[str, str]]:
+        """The rule that calls for a switch to ``cand`` and the reason to give (None: no reason)."""
         s, t = self.settings, self.table
         rate, cap, limit = m.rate, t.capacity, t.limit
         current, source = self._current_goodput(m, cur)
         gain = cand.goodput(rate, cap) - current
         pause = rate * self.switch_cost_s  # tasks the pause delays
         if not cur.within(limit) and cand.within(limit):
-            return f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it"
+            return "quality", f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it"
         if not cand.within(limit):
             return None
         if gain > s.margin * max(current, 1e-9) and gain * s.horizon > pause:
-            return (f"goodput: {cand.goodput(rate, cap):.0f} vs {current:.0f} tasks/s{source} at "
+            return "goodput", (f"goodput: {cand.goodput(rate, cap):.0f} vs {current:.0f} tasks/s{source} at "
                     f"{rate:.0f} tasks/s offered")
         cost, cand_cost = cur.cost_s(rate), cand.cost_s(rate)
         saved = (cost - cand_cost) * rate * s.horizon  # scheduler seconds over the horizon
         if (s.prefer_cheaper and abs(gain) <= s.margin * max(current, 1e-9)
                 and cand_cost < (1 - s.margin) * cost and saved > self.switch_cost_s):
-            return (f"cheaper: {cand_cost * 1e3:.2f} vs {cost * 1e3:.2f} ms of scheduler time per task "
+            return "cheaper", (f"cheaper: {cand_cost * 1e3:.2f} vs {cost * 1e3:.2f} ms of scheduler time per task "
                     f"(periodic work included) at the same goodput")
         return None
 
@@ -224,15 +225,15 @@ class Controller:
         if choice == self.current:
             self._streak = (None, 0)
             return keep(f"the compiler's choice at {m.rate:.0f} tasks/s is the plan in force")
-        why = self._why(m, row[self.current], row[choice])
-        if why is None:
+        called = self._why(m, row[self.current], row[choice])
+        if called is None:
             self._streak = (None, 0)
             return keep(f"{choice} is the compiler's choice at {m.rate:.0f} tasks/s but not better enough "
                         f"than {self.current} to switch")
         # agreement is on the rule, not the plan: as a ramp's windowed rate rises through the grid the
         # candidate moves between plans that each beat the plan in force for the same reason, and
         # counting from 1 at each move delayed a switch by evaluations that all called for it
-        rule = why.split(":", 1)[0]
+        rule, why = called
         name, count = self._streak
         count = count + 1 if name == rule else 1
         self._streak = (rule, count)
