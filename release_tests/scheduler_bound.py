@@ -201,7 +201,9 @@ def _actor_sample(rt) -> dict:
         cpu[role] = cpu.get(role, 0.0) + ray.get(call_in_actor(a, _cpu_of), timeout=30)
     out = {"cpu": cpu, "decisions": 0, "latencies": [], "machine": _machine_cpu()}
     if topo.selector is not None:
-        out["decisions"] = ray.get(topo.selector.stats.remote(), timeout=30)["decisions"]
+        stats = ray.get(topo.selector.stats.remote(), timeout=30)
+        out["decisions"] = stats["decisions"]
+        out["forward"] = stats.get("forward")  # (the hybrid's forwarding rounds)
         out["latencies"] = ray.get(topo.selector.decision_latencies.remote(), timeout=30)
     return out
 
@@ -358,6 +360,16 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
         "cpu_us_per_task_actors": round(1e6 * sum(actors.values()) / max(1, ran)),
         "submit_lag_s": round(max(o["submit_lag_s"] for o in outs.values()), 3),
     }
+    fb, fa = before.get("forward"), after.get("forward")
+    if fb and fa:  # the hybrid: forwarding rounds per s, of them those that only asked about held tasks
+        rounds = fa["rounds"] - fb["rounds"]
+        row["forward_rounds_per_s"] = round(rounds / seconds, 1)
+        row["forward_held_rounds_per_s"] = round((fa["held_rounds"] - fb["held_rounds"]) / seconds, 1)
+        if "calls" in fa:  # (the round's placement calls, its mean time and the hop's slack at the end)
+            row["forward_calls_per_round"] = round((fa["calls"] - fb["calls"]) / max(1, rounds), 2)
+            spent = fa["round_ms"] * fa["rounds"] - (fb["round_ms"] or 0) * fb["rounds"]
+            row["forward_round_ms"] = round(spent / max(1, rounds), 2)
+            row["forward_slack_ms"] = fa["slack_ms"]
     return row
 
 
@@ -399,7 +411,11 @@ def _sweep(Submitter, plan: Optional[str], rates, args, nodes: int) -> List[dict
                   f"{row['submit_lag_s']} s; by tenant CPU {row['submitter_cpu_s_by_tenant']}, unplaced "
                   f"{row['dropped_unplaced']} (placed, seen late {row['dropped_placed_late']}), late {row['dropped_late']}; machine {row['machine_busy_cores']} cores busy"
                   + (f"; selector slots {row['slots_by_tenant']}, slot cycle ms {row['slot_cycle_ms']}, pending "
-                     f"{row['pending_by_tenant']}, oldest running {row['oldest_running_s']} s" if "slots_by_tenant" in row else ""),
+                     f"{row['pending_by_tenant']}, oldest running {row['oldest_running_s']} s" if "slots_by_tenant" in row else "")
+                  + (f"; forwarding rounds {row['forward_rounds_per_s']}/s, of them held only "
+                     f"{row['forward_held_rounds_per_s']}/s" if "forward_rounds_per_s" in row else "")
+                  + (f", {row['forward_calls_per_round']} calls per round, {row['forward_round_ms']} ms each, hop slack "
+                     f"{row['forward_slack_ms']} ms" if "forward_round_ms" in row else ""),
                   flush=True)
     finally:
         for s in subs.values():

@@ -25,17 +25,43 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional, Tuple
 
-__all__ = ["DeliveryClock"]
+__all__ = ["DeliveryClock", "Smoothed"]
+
+
+class Smoothed:
+    """One delay, smoothed as TCP smooths round trips (RFC 6298): ``srtt`` and ``rttvar``; its bound,
+    ``srtt + 4 rttvar``, is the slack a deadline needs. (Also the hybrid's forwarding hop, see
+    :class:`~ray_adaptive.runtime.placement.Forwarder`.)
+
+    Example:
+        >>> s = Smoothed(); s.add(0.04); round(s.bound(), 3)
+        0.12
+    """
+
+    ALPHA, BETA, K = 0.125, 0.25, 4.0  # RFC 6298's gains and variance factor
+
+    def __init__(self) -> None:
+        self.srtt: Optional[float] = None  # (None: never measured)
+        self.rttvar = 0.0
+
+    def add(self, sample: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = sample, sample / 2
+        else:
+            self.rttvar = (1 - self.BETA) * self.rttvar + self.BETA * abs(self.srtt - sample)
+            self.srtt = (1 - self.ALPHA) * self.srtt + self.ALPHA * sample
+
+    def bound(self) -> float:
+        """Seconds the delay stays under but rarely (0 unmeasured)."""
+        return 0.0 if self.srtt is None else self.srtt + self.K * self.rttvar
 
 
 class DeliveryClock:
     """Per process: when its mailbox got its oldest undelivered decision, and the smoothed delivery time."""
 
-    ALPHA, BETA, K = 0.125, 0.25, 4.0  # RFC 6298's gains and variance factor
-
     def __init__(self) -> None:
         self._since: Dict[str, float] = {}  # process -> (monotonic) when its mailbox went non-empty
-        self._smoothed: Dict[str, Tuple[float, float]] = {}  # process -> (srtt, rttvar), seconds
+        self._smoothed: Dict[str, Smoothed] = {}  # process -> its delivery time
 
     def mailed(self, client: str, at: Optional[float] = None) -> None:
         """A decision was put in ``client``'s mailbox (the first since it was last emptied starts the clock)."""
@@ -47,13 +73,7 @@ class DeliveryClock:
         if since is None:
             return
         sample = max(0.0, (time.monotonic() if at is None else at) - since)
-        srtt_var = self._smoothed.get(client)
-        if srtt_var is None:
-            self._smoothed[client] = (sample, sample / 2)
-        else:
-            srtt, var = srtt_var
-            var = (1 - self.BETA) * var + self.BETA * abs(srtt - sample)
-            self._smoothed[client] = ((1 - self.ALPHA) * srtt + self.ALPHA * sample, var)
+        self._smoothed.setdefault(client, Smoothed()).add(sample)
 
     def discarded(self, client: str) -> None:
         """``client``'s mailbox was emptied without a delivery (the process left, a switch took it)."""
@@ -65,8 +85,8 @@ class DeliveryClock:
 
     def slack(self, client: str) -> float:
         """Seconds before a deadline from which a task of ``client`` would reach it too late (0 unmeasured)."""
-        srtt_var = self._smoothed.get(client)
-        return 0.0 if srtt_var is None else srtt_var[0] + self.K * srtt_var[1]
+        smoothed = self._smoothed.get(client)
+        return 0.0 if smoothed is None else smoothed.bound()
 
     def stats(self) -> Dict[str, float]:
         """Per process: its slack, seconds (for ``Selector.stats``)."""

@@ -69,7 +69,7 @@ class Selector:
     def __init__(self, spec: Optional[RoleSpec] = None, nodes: Sequence[NodeState] = (),
                  placements: Sequence[Tuple[str, str]] = (), t0: float = 0.0, wait_s: float = 0.05,
                  lease: bool = False, awaiting_state: bool = False, records: int = 0,
-                 spare: Optional[Tuple[str, str, int]] = None):
+                 spare: Optional[Tuple[str, str, int]] = None, placement_finishes: bool = True):
         self._wait_s = wait_s
         self._cond = threading.Condition()
         self._installed = self._closed = self._frozen = False
@@ -80,14 +80,16 @@ class Selector:
             self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self._configured = False
         if spec is not None:
-            self._setup(spec, nodes, placements, t0, lease, awaiting_state, records)
+            self._setup(spec, nodes, placements, t0, lease, awaiting_state, records, placement_finishes)
         elif self._restarted:  # a spare its switch configured: its config is the store's (a restart's
             cfg = self._stored_config()  # arguments are the first ones, and a spare's have none)
             if cfg is not None:
                 self._setup_from(cfg)
 
     def _setup(self, spec: RoleSpec, nodes: Sequence[NodeState], placements: Sequence[Tuple[str, str]], t0: float,
-               lease: bool, awaiting_state: bool, records: int) -> None:
+               lease: bool, awaiting_state: bool, records: int, placement_finishes: bool = True) -> None:
+        """``placement_finishes``: the hybrid's placements run OnFinish on a State replica (their role
+        spec's ``finishes``), so they hear each finish at once (see Forwarder)."""
         self._s = spec.scheduler(nodes, records=records)
         self._t0 = t0
         self._mail: Dict[str, List[Decision]] = {}
@@ -105,17 +107,19 @@ class Selector:
             # (named, not handles: arguments that hold actor handles go to the object store, and a
             # restart needs its arguments still there -- ray-project/ray#53727)
             handles = [h for h in (_lookup(name, namespace) for name, namespace in placements) if h is not None]
-            self._fwd = Forwarder(handles, self._cond, self._now, self._release, self._mail_to, self._decide)
+            self._fwd = Forwarder(handles, self._cond, self._now, self._release, self._mail_to, self._decide,
+                                  finishes_at_once=placement_finishes)
             self._fwd.start(restarted)
-        else:  # (the hybrid's decisions reach the processes from its placements: its mail holds only drops)
-            self._s.slack = self._slack
+        self._s.slack = self._slack
         self._configured = True
 
     def _slack(self, t: TaskState) -> float:
         """How long before its deadline ``t`` counts as past it: its process's delivery time (see
-        runtime.delivery), at most half its deadline's span -- a process measured slow once (its
-        first answer's wait took in its start-up) must not have its tasks dropped at once."""
-        return min(self._delivery.slack(t.origin), 0.5 * (t.deadline - t.arrival))
+        runtime.delivery) -- and, for the hybrid, the forwarding hop's to a placement before it --, at
+        most half its deadline's span: a process measured slow once (its first answer's wait took in
+        its start-up) must not have its tasks dropped at once."""
+        hop = self._fwd.slack() if self._fwd is not None else 0.0
+        return min(self._delivery.slack(t.origin) + hop, 0.5 * (t.deadline - t.arrival))
 
     # ------------------------------------------------------------- a spare (see runtime.spare)
     def configure(self, config: dict) -> str:
@@ -132,8 +136,10 @@ class Selector:
         assert self._spare is not None
         specs = role_specs(cfg["plan"], cfg["overflow"])
         namespace = self._spare[1]
+        placing = specs.get(Role.SCHEDULERS)
         self._setup(specs[Role.SELECTOR], cfg["nodes"], [(name, namespace) for name in cfg["placements"]], cfg["t0"],
-                    lease_spec(cfg["plan"], cfg["overflow"], specs) is not None, cfg["generation"] > 0, cfg["records"])
+                    lease_spec(cfg["plan"], cfg["overflow"], specs) is not None, cfg["generation"] > 0, cfg["records"],
+                    placing is None or placing.finishes)
 
     def _stored_config(self, timeout_s: float = 0.0) -> Optional[dict]:
         """This spare's generation's config as the store has it once its switch prepared it (None: not

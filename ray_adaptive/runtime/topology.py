@@ -190,7 +190,8 @@ class Topology:
                 self.selector = _selector_actor(name, g, self.driver_node, life).remote(
                     specs[Role.SELECTOR], list(nodes),
                     [(actor_name(name, f"placement-{i}", g), NAMESPACE) for i in range(len(self.placements))], self.t0,
-                    lease=self.lease is not None, awaiting_state=g > 0, records=self.records)
+                    lease=self.lease is not None, awaiting_state=g > 0, records=self.records,
+                    placement_finishes=Role.SCHEDULERS not in specs or specs[Role.SCHEDULERS].finishes)
         spare.kill()  # (what this generation does not use)
         ray.get(configured)
         wait_ready(a for a in (self.selector, *self.placements) if a is not None)
