@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 __all__ = ["DeliveryClock", "Smoothed"]
 
