@@ -137,6 +137,9 @@ def _scheduler_bound(d):
     for r in (r for r in policy if r["architecture"] != "decentralized"):  # (the selector's slots, sampled)
         assert r["selector_samples"] > 0 and set(r["slots_by_tenant"]) == {"a", "b", "greedy"}, r
         assert r["oldest_running_s"] < 5.0, r  # (2 ms tasks: one counted running for longer lost its finish)
+    for r in (r for r in policy if r["architecture"] == "hybrid"):  # (its forwarding rounds: one call or more)
+        assert r["forward_rounds_per_s"] > 0 and r["forward_calls_per_round"] >= 1, r
+        assert _positive(r["forward_round_ms"]) and r["forward_slack_ms"] >= 0, r
 
 
 def _reclaim(d):
