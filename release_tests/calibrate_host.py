@@ -127,6 +127,8 @@ def main() -> None:
     ap.add_argument("--check", default="600,900", help="offered rates held out of the fit: predicted")
     ap.add_argument("--plain-rates", default="200,1200", help="plain Ray's runs (task_cpu_s, the active share)")
     ap.add_argument("--seconds", type=float, default=6.0, help="seconds of arrivals per run")
+    ap.add_argument("--warm-run-s", type=float, default=3.0,
+                    help="an untimed run at each plan's first rate before its timed ones, seconds (0: none)")
     ap.add_argument("--warm-s", type=float, default=1.5, help="left out of the steady window at the start")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs of each plan at each rate, interleaved (rows give the median; the fit takes all)")
@@ -140,7 +142,8 @@ def main() -> None:
     fit_plans = {p for p in args.fit_plans.split(",") if p}
     check = [float(x) for x in args.check.split(",") if x]
     plans = [p for p in args.plans.split(",") if p]
-    sweep = SimpleNamespace(seconds=args.seconds, warm_s=args.warm_s, task_ms=2.0, queue=2, seed=0)
+    sweep = SimpleNamespace(seconds=args.seconds, warm_s=args.warm_s, warm_run_s=args.warm_run_s, task_ms=2.0,
+                            queue=2, seed=0)
     from ray_adaptive.compiler import Profile
     from ray_adaptive.compiler.calibration import HostRun, fit_host
     from ray_adaptive.local_multinode import start_local_cluster

@@ -125,3 +125,38 @@ def test_a_task_whose_turn_to_launch_comes_after_its_deadline_is_not_launched_an
     assert err.placed_after_s == pytest.approx(0.25)  # placed 0.25 s after submission: in time
     assert "e" not in book.tasks and (stats.dropped, stats.dropped_launched_late, stats.dropped_placed_late) == (1, 1, 0)
     assert stats.dispatched == 4
+
+
+def test_a_task_expired_here_and_dropped_by_its_scheduler_at_once_is_told_once_and_fails_no_thread():
+    """The dispatcher's expire settles a task undecided at its deadline and tells its caller outside the
+    lock; its scheduler's drop of that task may land at the same time, and claim hands it on to be told
+    too (its room must go back). Both tellers saw the future not done, then both set it: the second
+    raised InvalidStateError in the dispatcher thread, which stopped the policy's runtime ("the dispatcher
+    of policy 'drf_lb' failed ... restart the policy": calibrate_host, centralized at 1,200 tasks/s).
+    Here the second teller runs exactly between the first's look and its set."""
+    from concurrent.futures import Future
+
+    stats = RouterStats()
+    book = _book(stats)
+    state = _submitted(book, "t", deadline=1.0)
+
+    class _Interleaved(Future):
+        looked = 0
+
+        def done(self):
+            was = super().done()
+            self.looked += 1
+            if self.looked == 1:  # the first teller looked: the second tells now, before the first sets
+                book.tell([task])
+            return was
+
+    task = book.tasks["t"]
+    task.future = _Interleaved()
+    book._deadlines.add(1.0, "t")
+    with book._lock:
+        expired = book._deadlines.expire(1.5, book.tasks, book.drop)  # (the dispatcher's expire)
+    _, gone, _ = book.claim([state], now=1.5)  # (its scheduler's drop, node None, landing meanwhile)
+    assert [t.state.id for t in expired] == [t.state.id for t in gone] == ["t"]
+    book.tell(expired)  # (raised InvalidStateError)
+    assert isinstance(task.future.exception(timeout=0), PlacementDeadlineExceeded)
+    assert stats.dropped == 1  # (settled once)

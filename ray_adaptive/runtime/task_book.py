@@ -17,6 +17,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from concurrent.futures import InvalidStateError
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ray_adaptive.errors import PlacementDeadlineExceeded, PolicyRuntimeError
@@ -147,8 +148,11 @@ class TaskBook:
                 if long:  # (actors: recorded while they live, not only at their end)
                     self._monitor.started(self.decider.now(), long)
             for task, ref in launched:
-                if task.future is not None and not task.future.done():  # (a preempted task's next run: set)
-                    task.future.set_result(task.ref)
+                if task.future is not None:
+                    try:
+                        task.future.set_result(task.ref)
+                    except InvalidStateError:  # (set: a preempted task's next run; told: the router closed)
+                        pass
         if gone:
             self.tell(gone)
             placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
@@ -272,8 +276,12 @@ class TaskBook:
             if self.waiters:
                 self._lock.notify_all()
         for task in tasks:
-            if task.future is not None and not task.future.done():
-                task.future.set_exception(task.error)
+            if task.future is None:
+                continue
+            try:  # (not "if not done(): set": a task this process expired and its scheduler dropped at the
+                task.future.set_exception(task.error)  # same time is told by both threads, outside the lock)
+            except InvalidStateError:  # told already: the same error, or a preempted task's result
+                pass
 
     def settle(self, which: Callable[[RoutedTask], bool], error: Callable[[RoutedTask], BaseException]
                ) -> List[RoutedTask]:
