@@ -17,9 +17,8 @@ scheduler_bound). This script measures what the model of that needs
 3. the fit (:func:`~ray_adaptive.compiler.calibration.fit_host`), over the
    plain runs and the ``--fit-plans``' runs at the ``--fit`` rates only:
    ``task_cpu_s`` (plain Ray), ``message_s`` and ``receive_s`` (centralized),
-   ``in_process_s`` (decentralized), the active share. The hybrid is left
-   out by default: its runs are bound by its forward path, not the host's CPU
-   (``docs/benchmarks.md``);
+   ``in_process_s`` (decentralized), ``forward_s`` (hybrid: its placement
+   hop, forwarded in batches), the active share;
 4. per run, the compiler's estimate of the goodput placed in time with the
    default profile and with the calibrated one (``min(offered, throughput,
    execution bound)``), beside the measured figure -- the ``--check`` rates are
@@ -121,7 +120,7 @@ def main() -> None:
     ap.add_argument("--profile-out", default=None,
                     help="write the calibrated profile to this JSON file (ray-adaptive compile --profile F)")
     ap.add_argument("--plans", default="centralized,decentralized,hybrid")
-    ap.add_argument("--fit-plans", default="centralized,decentralized",
+    ap.add_argument("--fit-plans", default="centralized,decentralized,hybrid",
                     help="the plans whose runs the fit uses (the others are predicted at every rate)")
     ap.add_argument("--fit", default="300,1200", help="offered rates the fit uses (tasks/s)")
     ap.add_argument("--check", default="600,900", help="offered rates held out of the fit: predicted")

@@ -11,7 +11,8 @@ from ray_adaptive.dsl import load_policy
 
 NODES = 4
 # what release_tests/calibrate_host.py fitted on this 2-core machine (rounded)
-HOST = Profile(message_s=0.9e-3, receive_s=0.3e-3, in_process_s=0.3e-3, task_cpu_s=1.1e-3, host_cores=1.3)
+HOST = Profile(message_s=0.9e-3, receive_s=0.3e-3, in_process_s=0.3e-3, task_cpu_s=1.1e-3, forward_s=0.25e-3,
+               host_cores=1.3)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_a_profile_without_a_host_is_the_papers_model(drf):
     # a decentralized scheduler's hops and a selector's receive default to a message
     for name in ("decentralized+sync 100ms", "centralized", "hybrid"):
         same, default = (estimate_cost(plans[name], a, p, NODES)
-                         for p in (Profile(in_process_s=0.7e-3, receive_s=0.7e-3), Profile()))
+                         for p in (Profile(in_process_s=0.7e-3, receive_s=0.7e-3, forward_s=0.7e-3), Profile()))
         assert (same.steps, same.throughput) == (default.steps, default.throughput), name
 
 
@@ -64,9 +65,10 @@ def test_host_fields_round_trip_and_bad_values_are_named():
 
 def _runs(a, plans, truth: Profile, active: float, idle: float) -> list:
     """Runs whose busy cores are exactly the model's under ``truth``: plain at two rates, centralized below
-    and above its knee, decentralized below it."""
+    and above its knee, decentralized below it, the hybrid above it."""
     shapes = [(None, 200, 200), (None, 1200, 1200), (plans["centralized"], 300, 300),
-              (plans["centralized"], 900, 330), (plans["decentralized+sync 100ms"], 400, 400)]
+              (plans["centralized"], 900, 330), (plans["decentralized+sync 100ms"], 400, 400),
+              (plans["hybrid"], 300, 200)]
     runs = []
     for plan, offered, placed in shapes:
         r = HostRun(plan, offered, placed, 0.0)
@@ -80,8 +82,24 @@ def test_the_fit_recovers_the_costs_that_made_the_runs(drf):
     got, active = fit_host(a, NODES, runs, idle_cores=0.05, saturated_cores=1.95)
     assert active == pytest.approx(0.6)
     assert got.host_cores == pytest.approx(1.95 - 0.05 - 0.6)
-    for k in ("message_s", "receive_s", "in_process_s", "task_cpu_s"):
+    for k in ("message_s", "receive_s", "in_process_s", "task_cpu_s", "forward_s"):
         assert getattr(got, k) == pytest.approx(getattr(HOST, k)), k
+
+
+def test_the_hybrid_placement_hop_has_its_own_cost_and_follows_a_message_without_one(drf):
+    """``forward_s`` prices only the hybrid's placement scheduler (the Ray runtime forwards in batches): a
+    cheaper hop raises the hybrid's host bound and leaves the other plans alone. Fitted without a hybrid
+    run, it is left unset, so the hop costs the fitted message."""
+    a, plans = drf
+    cheap = dataclasses.replace(HOST, forward_s=0.1e-3)
+    for name in ("centralized", "decentralized+sync 100ms"):
+        assert estimate_cost(plans[name], a, cheap, NODES, rate=900.0).host_bound == \
+            estimate_cost(plans[name], a, HOST, NODES, rate=900.0).host_bound, name
+    h = plans["hybrid"]
+    assert estimate_cost(h, a, cheap, NODES, rate=900.0).host_bound > estimate_cost(h, a, HOST, NODES, rate=900.0).host_bound
+    without = [r for r in _runs(a, plans, HOST, active=0.6, idle=0.05) if r.plan is None or r.plan.name != "hybrid"]
+    got, _ = fit_host(a, NODES, without, idle_cores=0.05, saturated_cores=1.95)
+    assert got.forward_s is None and got.hop_s == got.message_s
 
 
 def test_a_cost_the_runs_do_not_measure_keeps_its_base_value_and_none_goes_below_zero(drf):

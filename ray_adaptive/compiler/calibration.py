@@ -15,7 +15,10 @@ module fits from runs on the machine:
   not: the runs offering more than it places tell the two apart), from runs
   of a plan with a selector;
 * ``in_process_s``: CPU per hop of a decentralized scheduler, which runs in
-  its submitter's process, from runs of a decentralized plan.
+  its submitter's process, from runs of a decentralized plan;
+* ``forward_s``: CPU per task of a hybrid's placement hop (forwarded in
+  batches), from runs of a hybrid plan -- without one it is left to follow
+  ``message_s``.
 
 Every run's busy cores above idle is, in the model, a fixed *active* share
 (Ray's processes polling once work flows, whatever the rate: measured, plain
@@ -60,7 +63,7 @@ from ray_adaptive.plan import Plan
 
 __all__ = ["HostRun", "fit_host", "host_cpu"]
 
-_FITTED = ("message_s", "receive_s", "in_process_s", "task_cpu_s")
+_FITTED = ("message_s", "receive_s", "in_process_s", "task_cpu_s", "forward_s")
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,10 @@ def host_cpu(run: HostRun, analysis: Analysis, profile: Profile, nodes: int) -> 
 def fit_host(analysis: Analysis, nodes: int, runs: Sequence[HostRun], idle_cores: float, saturated_cores: float,
              base: Optional[Profile] = None) -> Tuple[Profile, float]:
     """``base`` (default :class:`Profile`) with the host fitted to ``runs`` on ``nodes`` nodes, and the
-    fitted active share (cores). ``message_s``, ``receive_s``, ``in_process_s``, ``task_cpu_s`` and the
-    active share by least squares over each run's busy cores above ``idle_cores`` (each >= 0; a cost no
-    run measures keeps its base value); ``host_cores`` = ``saturated_cores - idle_cores - active``."""
+    fitted active share (cores). ``message_s``, ``receive_s``, ``in_process_s``, ``task_cpu_s``,
+    ``forward_s`` and the active share by least squares over each run's busy cores above ``idle_cores``
+    (each >= 0; a cost no run measures keeps its base value); ``host_cores`` = ``saturated_cores -
+    idle_cores - active``."""
     base = base or Profile()
     if not runs:
         raise ValueError("fitting the host needs at least one measured run")
@@ -111,7 +115,7 @@ def fit_host(analysis: Analysis, nodes: int, runs: Sequence[HostRun], idle_cores
         target.append(r.busy_cores - idle_cores - at_zero)
     a, b = np.array(rows), np.array(target)
     names = _FITTED + ("active",)
-    fitted = dict(zip(names, (base.message_s, base.arrival_s, base.local_s, base.task_cpu_s, 0.0)))
+    fitted = dict(zip(names, (base.message_s, base.arrival_s, base.local_s, base.task_cpu_s, base.forward_s, 0.0)))
     free = [i for i in range(len(names)) if np.any(a[:, i] > 0)]
     while free:  # least squares; one driven below 0 is pinned at 0 and the rest fitted again
         x, *_ = np.linalg.lstsq(a[:, free], b, rcond=None)  # (the others' columns are 0 or pinned at 0)

@@ -55,8 +55,10 @@ def _score_split(analysis: Analysis) -> tuple[list[str], list[str], list[str]]:
 def role_costs(analysis: Analysis, profile: Profile, plan: Plan, nodes: int, role: Role) -> tuple[RoleCosts, list[Step], float]:
     """What one scheduler of ``role`` is charged, its per-task steps, and its periodic busy fraction."""
     arch = plan.architecture
-    # a decentralized scheduler lives in its submitter's process: its hops are calls there (Profile.local_s)
-    m = profile.local_s if arch is Architecture.DECENTRALIZED else profile.message_s
+    # a decentralized scheduler lives in its submitter's process: its hops are calls there (Profile.local_s);
+    # a hybrid's placement scheduler hears from its selector alone (Profile.hop_s: batched on Ray)
+    m = (profile.local_s if arch is Architecture.DECENTRALIZED
+         else profile.hop_s if arch is Architecture.HYBRID and role is Role.SCHEDULERS else profile.message_s)
     task_ids, node_ids, joint_ids = _score_split(analysis)
     has_finish = bool(_hook_units(analysis, "OnFinish"))
     steps: list[Step] = []

@@ -28,6 +28,11 @@ parameter           default   meaning
                               runs in (None: ``message_s``, the paper's
                               schedulers are processes of their own; the Ray
                               runtime's run in their submitter's process)
+``forward_s``       None      a hybrid's placement scheduler receiving, or
+                              answering for, one task its selector forwarded,
+                              or hearing its finish (None: ``message_s``; the
+                              Ray runtime forwards in batches, one call a
+                              round, and finishes ride with the next call)
 ``host_cores``      inf       the cores the schedulers, the submitters and the
                               task path share (inf: the paper's model, the
                               schedulers have cores of their own and nothing
@@ -81,6 +86,7 @@ class Profile:
     unit_s: Mapping[str, float] = field(default_factory=dict)
     receive_s: Optional[float] = None
     in_process_s: Optional[float] = None
+    forward_s: Optional[float] = None
     host_cores: float = math.inf
     task_cpu_s: float = 0.0
 
@@ -89,7 +95,7 @@ class Profile:
             v = getattr(self, k)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"Profile.{k} must be a finite number of seconds >= 0, found {v}")
-        for k in ("receive_s", "in_process_s"):
+        for k in ("receive_s", "in_process_s", "forward_s"):
             v = getattr(self, k)
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"Profile.{k} must be None or a finite number of seconds >= 0, found {v}")
@@ -100,6 +106,11 @@ class Profile:
     def local_s(self) -> float:
         """What one hop within a decentralized scheduler's own process costs (``in_process_s``, else a message)."""
         return self.message_s if self.in_process_s is None else self.in_process_s
+
+    @property
+    def hop_s(self) -> float:
+        """What a hybrid's placement scheduler's hop costs per task (``forward_s``, else a message)."""
+        return self.message_s if self.forward_s is None else self.forward_s
 
     @property
     def arrival_s(self) -> float:
@@ -118,7 +129,7 @@ class Profile:
         out = {"message_s": self.message_s, "probe_s": self.probe_s, "store_s": self.store_s,
                "heartbeat_s": self.heartbeat_s, "default_unit_s": self.default_unit_s,
                "unit_s": {k: round(v, 9) for k, v in self.unit_s.items()}}
-        for k in ("receive_s", "in_process_s"):
+        for k in ("receive_s", "in_process_s", "forward_s"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         if math.isfinite(self.host_cores):
@@ -128,7 +139,7 @@ class Profile:
     @classmethod
     def from_dict(cls, d: Mapping) -> "Profile":
         known = {"message_s", "probe_s", "store_s", "heartbeat_s", "default_unit_s", "unit_s", "receive_s",
-                 "in_process_s", "host_cores", "task_cpu_s"}
+                 "in_process_s", "forward_s", "host_cores", "task_cpu_s"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown profile key {unknown[0]!r}; expected: {', '.join(sorted(known))}")
