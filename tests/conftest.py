@@ -129,8 +129,28 @@ def assert_no_leaks(rc) -> None:
              message=lambda: "no resource left after the module; created={}, CPU drift={}".format(*clean()[1:]))
 
 
+def wait_for_removed_nodes_dead(rc, timeout: float = 90.0) -> None:
+    """Wait until the GCS counts dead every node a test removed from the shared cluster. A removed node's
+    raylet is killed, and the GCS learns it only when its health checks fail (tens of seconds): until
+    then Ray may place a task or an actor there -- a ``num_cpus=0`` actor fits the ``num_cpus=0`` node
+    test_preempt_ray adds and removes -- which then dies with "the actor's node was terminated
+    unexpectedly: health check failed due to missing too many heartbeats" in whatever module comes next
+    (test_private_ray's first actors, in two CI runs)."""
+    import ray
+
+    ours = {n.node_id for n in rc.cluster.list_all_nodes()}
+
+    def stray() -> list:
+        return [n["NodeID"][:8] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in ours]
+
+    wait_for(lambda: not stray(), timeout=timeout, period=0.5,
+             message=lambda: f"the nodes removed by the module counted dead by the GCS; still alive: {stray()}")
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(_ray_cluster_session):
-    """The shared cluster; after the module, asserts nothing was leaked."""
+    """The shared cluster; after the module, waits for the nodes it removed to be dead and asserts that
+    nothing was leaked."""
     yield _ray_cluster_session
+    wait_for_removed_nodes_dead(_ray_cluster_session)
     assert_no_leaks(_ray_cluster_session)
