@@ -1,6 +1,6 @@
 """Overlapping faults under load: nothing lost, nothing run twice, the State exact, nothing leaked.
 
-    python release_tests/chaos.py [--minutes N] [--seed S] [--smoke-test] [--out chaos.json]
+    python release_tests/chaos.py [--minutes N] [--faults K] [--seed S] [--smoke-test] [--out chaos.json]
 
 On a local ``ray.cluster_utils.Cluster`` (3 fixed nodes x 2 CPUs, plus up to 2
 nodes that leave and come back), ``drf_lb`` runs with this driver as its
@@ -9,7 +9,10 @@ driver subprocess (a job of its own) -- keep a mixed DRF-LB load in waves;
 every task body creates a marker file exclusively (``O_EXCL``), named by its
 task and the node it ran on, so that a second run is seen. Each round, a
 seeded schedule injects 1-3 faults at random offsets into the wave, so they
-overlap each other and the load:
+overlap each other and the load. The run ends after ``--minutes``, or, with
+``--faults K``, at the end of the round that brought the faults injected to K
+(the minutes then bound it); the smoke run stops at 3 faults, within 3 min,
+so a slower machine makes it longer, not weaker:
 
 * ``kill_selector``, ``kill_placement``, ``kill_store``: the actor's process
   dies (``ray.kill(..., no_restart=False)``: Ray restarts it);
@@ -89,21 +92,28 @@ def _marked(folder: str, key: str, duration: float) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0, help="how long to inject faults (default 30)")
+    ap.add_argument("--faults", type=int, default=None,
+                    help="stop after the round that brings the faults to this many (--minutes bounds it)")
     ap.add_argument("--seed", type=int, default=1, help="the fault schedule's seed")
-    ap.add_argument("--smoke-test", action="store_true", help="about a minute: fewer rounds and tasks")
+    ap.add_argument("--smoke-test", action="store_true",
+                    help="fewer tasks; stop at 3 faults, within 3 min (about a minute)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     args = ap.parse_args()
     if args.minutes <= 0:
         ap.error(f"--minutes must be > 0, found {args.minutes}")
-    minutes = min(args.minutes, 0.6) if args.smoke_test else args.minutes
-    figures = run(minutes, args.seed, args.smoke_test)
+    if args.faults is not None and args.faults < 1:
+        ap.error(f"--faults must be >= 1, found {args.faults}")
+    minutes, faults = args.minutes, args.faults
+    if args.smoke_test:
+        minutes, faults = min(minutes, 3.0), faults or 3
+    figures = run(minutes, faults, args.seed, args.smoke_test)
     print(table(figures))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2, default=str))
     return 0 if figures["ok"] else 1
 
 
-def run(minutes: float, seed: int, smoke: bool) -> dict:
+def run(minutes: float, faults: Optional[int], seed: int, smoke: bool) -> dict:
     import ray
 
     import ray_adaptive as ra
@@ -144,7 +154,7 @@ def run(minutes: float, seed: int, smoke: bool) -> dict:
                     out[key] = f"{type(err).__name__}: {str(err)[:200]}"
             return out
 
-    figures: dict = {"seed": seed, "minutes": minutes, "smoke_test": smoke,
+    figures: dict = {"seed": seed, "minutes": minutes, "faults_wanted": faults, "smoke_test": smoke,
                      "cluster": "3 fixed nodes x 2 CPUs + 2 that leave and come back (local)",
                      "faults": Counter(), "fault_errors": [], "rounds": 0, "audits": 0, "audits_exact": 0,
                      "audit_failures": [], "submitted": 0, "finished": 0, "lost": [], "run_twice": [],
@@ -248,7 +258,8 @@ def run(minutes: float, seed: int, smoke: bool) -> dict:
 
     start = time.monotonic()
     try:
-        while time.monotonic() - start < minutes * 60:
+        while (time.monotonic() - start < minutes * 60
+               and (faults is None or _injected(figures["faults"]) < faults)):
             figures["rounds"] += 1
             waves = {name: s.wave.remote(wave_n) for name, s in subs.items()}
             kinds = [rng.choice(KINDS) for _ in range(rng.randint(1, 3))]
@@ -293,6 +304,7 @@ def run(minutes: float, seed: int, smoke: bool) -> dict:
                 start_driver()
             print(f"round {figures['rounds']}: {kinds} plan={plan_now} finished={figures['finished']} "
                   f"lost={len(figures['lost'])} audit={'exact' if report.exact else 'NOT EXACT'}", flush=True)
+        figures["seconds"] = round(time.monotonic() - start, 1)
     finally:
         if driver["proc"] is not None:
             driver["proc"].kill()
@@ -314,6 +326,11 @@ def run(minutes: float, seed: int, smoke: bool) -> dict:
         lc.shutdown()
     tally(figures, folder, removed, fault_times)
     return figures
+
+
+def _injected(faults: Counter) -> int:
+    """The faults injected: an ``add_node`` with every extra node present changes nothing."""
+    return sum(n for kind, n in faults.items() if kind != "add_node (full)")
 
 
 def wait_exact(rt, timeout_s: float):
@@ -361,6 +378,7 @@ def tally(figures: dict, folder: str, removed: set, fault_times: List[float]) ->
     figures["resume_max_s"] = round(resume[-1], 3) if resume else None
     figures["faults"] = dict(figures["faults"])
     figures["faults_total"] = sum(figures["faults"].values())
+    figures["faults_injected"] = _injected(figures["faults"])
     figures["lost_count"] = len(figures["lost"])
     figures["run_twice_count"] = len(figures["run_twice"])
     figures["ok"] = (not figures["lost"] and not figures["run_twice"] and figures["audits"] == figures["audits_exact"]
@@ -369,8 +387,9 @@ def tally(figures: dict, folder: str, removed: set, fault_times: List[float]) ->
 
 
 def table(f: dict) -> str:
-    rows = [("seed", f["seed"]), ("minutes", f["minutes"]), ("rounds", f["rounds"]),
-            ("faults (total)", f["faults_total"])]
+    rows = [("seed", f["seed"]), ("minutes (bound)", f["minutes"]), ("faults wanted", f["faults_wanted"]),
+            ("rounds", f["rounds"]), ("seconds of rounds", f.get("seconds")),
+            ("faults (total)", f["faults_total"]), ("faults injected (not a no-op)", f["faults_injected"])]
     rows += [(f"  {k}", v) for k, v in sorted(f["faults"].items())]
     rows += [("fault errors (raised by the runtime)", len(f["fault_errors"])),
              ("tasks submitted by surviving submitters' waves", f["submitted"]), ("finished", f["finished"]),

@@ -106,7 +106,7 @@ def _shared_service(d):
 
 def _chaos(d):
     assert d["ok"], {k: d[k] for k in ("lost", "run_twice", "audit_failures", "leaked_actors", "leaked_resources")}
-    assert d["faults_total"] >= 3 and d["finished"] > 0 and d["audits"] == d["audits_exact"] >= 2
+    assert d["faults_injected"] >= 3 and d["finished"] > 0 and d["audits"] == d["audits_exact"] >= 2
     assert d["lost_count"] == d["run_twice_count"] == 0
 
 
