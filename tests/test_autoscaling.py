@@ -68,9 +68,15 @@ def fake_cluster():
 
 @ray.remote(num_cpus=1, max_retries=0)
 def marked(folder: str, i: int) -> str:
+    """Runs until the test says go: the backlog (and so the request) stays whole until the cluster has
+    grown, however slowly this machine starts nodes. With fixed-length bodies the tasks drained on the
+    first node while the next ones started, the request fell below the max, and the cluster stopped
+    short of it (a CI failure on a slower machine)."""
     node = ray.get_runtime_context().get_node_id()
     os.close(os.open(os.path.join(folder, f"t{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    time.sleep(2.0)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(folder, "..", "go")) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return node
 
 
@@ -86,18 +92,23 @@ def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back
     assert reporter is not None
     try:
         fn = ra.policy("least_loaded")(marked)
-        refs = [fn.remote(str(tmp_path), i) for i in range(12)]
+        bodies = tmp_path / "bodies"
+        bodies.mkdir()
+        refs = [fn.remote(str(bodies), i) for i in range(12)]
         # the policy holds 11 of them (1 executor): the request asks room for all 12 (1 running + 11 held)
         wait_for(lambda: reporter.sent, timeout=10, message="no request sent")
         assert reporter.sent and len(reporter.sent) <= 12 and all(b == {"CPU": 1.0} for b in reporter.sent)
-        wait_for(lambda: len(_workers()) == MAX, timeout=45, message=lambda: f"workers: {_workers()}")
+        try:
+            wait_for(lambda: len(_workers()) == MAX, timeout=60, message=lambda: f"workers: {_workers()}")
+        finally:
+            (tmp_path / "go").touch()
         nodes = ray.get(refs, timeout=90)
     finally:
         try:
             wait_for(lambda: reporter.sent == [], timeout=10, message=lambda: f"still requested: {reporter.sent}")
         finally:
             ra.shutdown()
-    assert sorted(os.listdir(tmp_path)) == sorted(f"t{i}" for i in range(12))  # every body once
+    assert sorted(os.listdir(bodies)) == sorted(f"t{i}" for i in range(12))  # every body once
     joined = set(nodes) - set(first)
     assert joined, f"no task ran on a node the autoscaler added: {sorted(set(nodes))}, first {first}"
     assert _standing_request() == []  # cleared once drained

@@ -607,14 +607,18 @@ def test_a_placement_scheduler_that_dies_loses_no_task(drf):
     rt = drf("hybrid", queue=0)  # 4 slots
 
     subs = [Submitter.remote() for _ in range(2)]
-    runs = [s.run.remote(t, 12, 0.3) for s, t in zip(subs, ["a", "b"])]  # no lease: two clients
+    assert ray.get([s.join.remote() for s in subs]) == ["hybrid"] * 2  # (both up before either submits)
+    runs = [s.run.remote(t, 12, 0.3) for s, t in zip(subs, ["a", "b"])]  # two clients: the selector decides
     selector = rt.topology.selector
     wait_for(lambda: ray.get(selector.stats.remote())["decisions"] >= 6, timeout=30, message="6 decisions at the selector")
     for p in rt.topology.placements[:2]:  # with tasks held there, and others on their way
         ray.kill(p)
     assert ray.get(runs, timeout=120) == [list(range(12))] * 2
     stats = ray.get(selector.stats.remote())
-    assert stats["leases"] <= 1 and stats["live_placements"] == len(rt.topology.placements) - 2, stats
+    # (not a bound on leases: a client alone for a moment -- the other one's actor started late, or done
+    # first -- may hold one, a CI run on a slower machine saw 2; the path under test is the 6 decisions
+    # the selector made through its placements before the kill)
+    assert stats["live_placements"] == len(rt.topology.placements) - 2, stats
     for s in subs:
         ray.kill(s)
 
