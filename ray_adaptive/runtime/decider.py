@@ -89,8 +89,10 @@ class Decider(Protocol):
         ...
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
-               rebuild: bool, seen: Optional[SyncAnswer] = None) -> List[TaskState]:
-        """Take over what the replaced plan's decider held (see :class:`Handover`)."""
+               rebuild: bool, seen: Optional[SyncAnswer] = None, finished: Sequence[str] = ()) -> List[TaskState]:
+        """Take over what the replaced plan's decider held (see :class:`Handover`); ``finished``: tasks of
+        ``running`` that finished while the gate was closed, applied as finishes once those are taken and
+        before the first decision (their room is often what the undecided tasks wait for)."""
         ...
 
     def close(self, switching: bool = False) -> None:

@@ -115,7 +115,7 @@ class LocalDecider:
         return Handover(arrived=pending)
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
-               rebuild: bool, seen: Optional[SyncAnswer] = None) -> List[TaskState]:
+               rebuild: bool, seen: Optional[SyncAnswer] = None, finished: Sequence[str] = ()) -> List[TaskState]:
         """Take over what the replaced plan's decider held: the State handed over comes from the store
         (``rebuild``: there was none -- OnDispatch / OnArrival rebuild this process's share), ``seen``
         with the news of the switch, or by a sync (the State published with this plan, the others' loads)."""
@@ -125,6 +125,7 @@ class LocalDecider:
             self._m.refresh(want=True, wait=True)
         now = self.now()
         self.sched.adopt(running, dispatch_hooks=rebuild, now=now)
+        self.sched.finish_all(finished, now)
         for t in arrived:
             self.sched.add(t, now, arrived=not rebuild)
         for t in new:

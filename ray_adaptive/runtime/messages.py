@@ -83,7 +83,9 @@ class Handback:
     back as a ``rebuild``: their OnDispatch rebuilds their share of State.
     After a live switch the running tasks come without hooks (their
     OnDispatch is in the State handed over), and the tasks sent with it
-    whose ids are in ``arrived`` had their OnArrival there too.
+    whose ids are in ``arrived`` had their OnArrival there too; ``finished``
+    are finishes the process held meanwhile, applied once the running tasks
+    are taken (their room is often what the tasks sent with it wait for).
     """
 
     running: List[TaskState]
@@ -92,6 +94,7 @@ class Handback:
     granted_by: Optional[str] = None
     rebuild: bool = False
     arrived: List[str] = field(default_factory=list)
+    finished: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -235,6 +235,7 @@ class Selector:
                 self._end_lease()
             if handback is not None:
                 self._take_back(client, handback)
+                self._release(handback.finished, now)  # (as a finish right after it: see Handback)
             if desk.holder == client:  # the holder's long poll: answered at a recall
                 deadline = time.monotonic() + self._wait_s
                 while (desk.recalled_at is None and not self._closed and client not in self._woken

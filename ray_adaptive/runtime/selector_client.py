@@ -179,8 +179,11 @@ class SelectorClient:
                     self._sent[t.id] = t
                 rebuild = None
                 handover = self._handover is not None and not leased
-                if handover:  # a live switch: what this process holds
+                if handover:  # a live switch: what this process holds, and the finishes held for it so far
                     out, rebuild, self._handover = list(self._sent.values()), self._handover, None
+                    if self._held_finishes:
+                        rebuild = dataclasses.replace(rebuild, finished=[*rebuild.finished, *self._held_finishes])
+                        self._held_finishes = []
                 elif self._resync and not leased:  # the selector restarted: all it lost of ours, again
                     out = list(self._sent.values())
                     rebuild = Handback(list(self._running.values()), sorted(self._dead), rebuild=True)
@@ -277,7 +280,9 @@ class SelectorClient:
             return
         if handover is not None:  # (the finishes held for it stay held: none may overtake it)
             if self._handover is None:
-                self._handover = handover
+                self._handover = handover  # (with the finishes it carried)
+            else:  # (a later one goes instead: what this one carried goes with it)
+                self._held_finishes = [*(self._held_finishes or []), *handover.finished]
         else:
             self._resync = True
 
@@ -354,18 +359,19 @@ class SelectorClient:
             return Handover(arrived=list(self._sent.values()), new=list(self._out))
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
-               rebuild: bool, seen: Optional[SyncAnswer] = None) -> List[TaskState]:
+               rebuild: bool, seen: Optional[SyncAnswer] = None, finished: Sequence[str] = ()) -> List[TaskState]:
         """Hand what the replaced plan's decider held to this selector, with the next exchange: the
         running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones.
         (``seen``, the store's State as of the publish, is for deciders that sync with the store.)"""
         with self._cond:
-            self._running = {t.id: t for t in running}
+            self._running = {t.id: t for t in running if t.id not in finished}
             for t in (*arrived, *new):
                 self._sent[t.id] = t
             # (copies: a run stopped meanwhile marks its task waiting, and this is sent as it was)
+            # (the finishes held while frozen go with it: the selector frees their room before it decides)
             self._handover = Handback([dataclasses.replace(t) for t in running], sorted(self._dead), rebuild=rebuild,
-                                      arrived=[] if rebuild else [t.id for t in arrived])
-            self._held_finishes = []  # finishes must not overtake the handover
+                                      arrived=[] if rebuild else [t.id for t in arrived], finished=list(finished))
+            self._held_finishes = self._held_finishes or []  # finishes must not overtake the handover
             self._cond.notify()
         return []
 

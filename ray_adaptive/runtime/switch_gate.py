@@ -78,8 +78,7 @@ class SwitchGate:
             self._pause_from = None  # nothing waited: no pause to measure
         self.frozen = False
         self._deadlines.unreached = 0
-        chosen = new.resume(running, arrived, new_tasks, rebuild, seen)
-        chosen += new.finished(finished) if finished else []
+        chosen = new.resume(running, arrived, new_tasks, rebuild, seen, finished)
         for n in self._membership.dead:
             new.mark_dead(n)
         return chosen
