@@ -178,11 +178,12 @@ class SelectorClient:
                 for t in out:
                     self._sent[t.id] = t
                 rebuild = None
-                handover = self._handover is not None and not leased
-                if handover:  # a live switch: what this process holds, and the finishes held for it so far
-                    out, rebuild, self._handover = list(self._sent.values()), self._handover, None
+                sent = self._handover if not leased else None
+                handover = sent is not None
+                if sent is not None:  # a live switch: what this process holds, and the finishes held for it so far
+                    out, rebuild, self._handover = list(self._sent.values()), sent, None
                     if self._held_finishes:
-                        rebuild = dataclasses.replace(rebuild, finished=[*rebuild.finished, *self._held_finishes])
+                        rebuild = dataclasses.replace(sent, finished=[*sent.finished, *self._held_finishes])
                         self._held_finishes = []
                 elif self._resync and not leased:  # the selector restarted: all it lost of ours, again
                     out = list(self._sent.values())
