@@ -365,7 +365,8 @@ class SelectorClient:
         running tasks to count (``rebuild``: their OnDispatch rebuilds its State), the undecided ones.
         (``seen``, the store's State as of the publish, is for deciders that sync with the store.)"""
         with self._cond:
-            self._running = {t.id: t for t in running if t.id not in finished}
+            done = set(finished)
+            self._running = {t.id: t for t in running if t.id not in done}
             for t in (*arrived, *new):
                 self._sent[t.id] = t
             # (copies: a run stopped meanwhile marks its task waiting, and this is sent as it was)
