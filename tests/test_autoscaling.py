@@ -67,15 +67,15 @@ def fake_cluster():
 
 
 @ray.remote(num_cpus=1, max_retries=0)
-def marked(folder: str, i: int) -> str:
-    """Runs until the test says go: the backlog (and so the request) stays whole until the cluster has
+def marked(folder: str, i: int, go: str) -> str:
+    """Runs until the test creates ``go``: the backlog (and so the request) stays whole until the cluster has
     grown, however slowly this machine starts nodes. With fixed-length bodies the tasks drained on the
     first node while the next ones started, the request fell below the max, and the cluster stopped
     short of it (a CI failure on a slower machine)."""
     node = ray.get_runtime_context().get_node_id()
     os.close(os.open(os.path.join(folder, f"t{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     deadline = time.monotonic() + 120
-    while not os.path.exists(os.path.join(folder, "..", "go")) and time.monotonic() < deadline:
+    while not os.path.exists(go) and time.monotonic() < deadline:
         time.sleep(0.1)
     return node
 
@@ -94,14 +94,15 @@ def test_a_held_backlog_grows_the_cluster_to_its_max_and_drained_it_shrinks_back
         fn = ra.policy("least_loaded")(marked)
         bodies = tmp_path / "bodies"
         bodies.mkdir()
-        refs = [fn.remote(str(bodies), i) for i in range(12)]
+        go = tmp_path / "go"
+        refs = [fn.remote(str(bodies), i, str(go)) for i in range(12)]
         # the policy holds 11 of them (1 executor): the request asks room for all 12 (1 running + 11 held)
         wait_for(lambda: reporter.sent, timeout=10, message="no request sent")
         assert reporter.sent and len(reporter.sent) <= 12 and all(b == {"CPU": 1.0} for b in reporter.sent)
         try:
             wait_for(lambda: len(_workers()) == MAX, timeout=60, message=lambda: f"workers: {_workers()}")
         finally:
-            (tmp_path / "go").touch()
+            go.touch()
         nodes = ray.get(refs, timeout=90)
     finally:
         try:
