@@ -146,13 +146,14 @@ def _submitter_cls():
             dispatched = rt.stats()["dispatched"] if rt is not None else 0
             time.sleep(max(0.0, t0 - time.time()))
             cpu0 = time.process_time()
-            sent, lag = [], 0.0
+            sent, lag, submitted = [], 0.0, []
             for off in offsets:
                 delay = t0 + off - time.time()
                 if delay > 0:
                     time.sleep(delay)
                 else:
                     lag = max(lag, -delay)
+                submitted.append(time.time() - t0)
                 sent.append((off, (fn.remote if plain else fn.submit)(t0 + off + TIMEOUT_S, ms)))
             submit_cpu = time.process_time() - cpu0
             refs, offs, out = [], [], []
@@ -178,7 +179,7 @@ def _submitter_cls():
             out += [(off, s - t0, e - t0, ok) for off, (s, e, ok) in zip(offs, got)]
             lat = local_latencies()[seen:] if rt is not None else []
             return {"tasks": out, "cpu_s": time.process_time() - cpu0, "submit_cpu_s": submit_cpu,
-                    "submit_lag_s": lag, "latencies": lat,
+                    "submit_lag_s": lag, "submitted": submitted, "latencies": lat,
                     "dispatched": (rt.stats()["dispatched"] - dispatched) if rt is not None else len(offsets)}
 
     return Submitter
@@ -324,6 +325,8 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
 
     span = seconds - warm_s
     offered = {t: sum(warm_s <= x < seconds for x in arrivals[t]) / span for t in arrivals}
+    # (what the submitters sent in the window: less than offered when a CPU-starved one falls behind)
+    submitted = sum(warm_s <= x < seconds for t in arrivals for x in outs[t]["submitted"]) / span
     goodput = {t: sum(ok and warm_s <= e < seconds for _, _, e, ok in outs[t]["tasks"]) / span for t in arrivals}
     placed = {t: sum(s is not None and warm_s <= s < seconds for _, s, _, _ in outs[t]["tasks"]) / span for t in arrivals}
     ran = sum(ok for t in arrivals for *_, ok in outs[t]["tasks"])
@@ -335,7 +338,7 @@ def _row(plan: str, arch: str, rate: float, arrivals: dict, outs: dict, before: 
     sub_cpu = sum(o["cpu_s"] for o in outs.values())
     row = {
         "plan": plan, "architecture": arch, "rate": rate,
-        "offered": round(sum(offered.values()), 1), "goodput": round(total, 1),
+        "offered": round(sum(offered.values()), 1), "submitted": round(submitted, 1), "goodput": round(total, 1),
         **{f"goodput_{t}": round(goodput[t], 1) for t in sorted(goodput)},
         "jfi": round(jain_index(list(ratios.values())), 4),
         "placed": round(total_placed, 1), "placed_by_tenant": {t: round(placed[t], 1) for t in sorted(placed)},

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ray_adaptive.compiler import Profile, analyze, enumerate_plans, estimate_cost
-from ray_adaptive.compiler.calibration import HostRun, fit_host, host_cpu
+from ray_adaptive.compiler.calibration import HOST_BOUND_SHARE, HostRun, fit_host, host_cpu
 from ray_adaptive.dsl import load_policy
 
 NODES = 4
@@ -65,12 +65,15 @@ def test_host_fields_round_trip_and_bad_values_are_named():
 
 def _runs(a, plans, truth: Profile, active: float, idle: float) -> list:
     """Runs whose busy cores are exactly the model's under ``truth``: plain at two rates, centralized below
-    and above its knee, decentralized below it, the hybrid above it."""
+    and above its knee, decentralized below it, the hybrid above it (placing its host bound: None)."""
     shapes = [(None, 200, 200), (None, 1200, 1200), (plans["centralized"], 300, 300),
-              (plans["centralized"], 900, 330), (plans["decentralized+sync 100ms"], 400, 400),
-              (plans["hybrid"], 300, 200)]
+              (plans["centralized"], 900, None), (plans["decentralized+sync 100ms"], 400, 400),
+              (plans["hybrid"], 600, None)]
     runs = []
     for plan, offered, placed in shapes:
+        if placed is None:
+            placed = estimate_cost(plan, a, truth, NODES, rate=offered).host_bound
+            assert placed < HOST_BOUND_SHARE * offered
         r = HostRun(plan, offered, placed, 0.0)
         runs.append(dataclasses.replace(r, busy_cores=idle + active + host_cpu(r, a, truth, NODES)))
     return runs
@@ -84,6 +87,24 @@ def test_the_fit_recovers_the_costs_that_made_the_runs(drf):
     assert got.host_cores == pytest.approx(1.95 - 0.05 - 0.6)
     for k in ("message_s", "receive_s", "in_process_s", "task_cpu_s", "forward_s"):
         assert getattr(got, k) == pytest.approx(getattr(HOST, k)), k
+
+
+def test_a_run_at_the_host_bound_counts_the_saturated_host_so_its_placed_is_predicted(drf):
+    """Measured, a plan at its bound keeps a few hundredths of a core fewer busy than the saturated host.
+    The fit takes such a run as the saturated host, the equation the bound's prediction solves: the costs
+    that made the runs come back, and each bound run's placed is predicted as measured."""
+    a, plans = drf
+    runs = _runs(a, plans, HOST, active=0.6, idle=0.05)
+    assert [r.busy_cores for r in runs if r.placed < HOST_BOUND_SHARE * r.offered] == pytest.approx([1.95, 1.95])
+    short = [dataclasses.replace(r, busy_cores=r.busy_cores - 0.04) if r.placed < HOST_BOUND_SHARE * r.offered
+             else r for r in runs]
+    got, active = fit_host(a, NODES, short, idle_cores=0.05, saturated_cores=1.95)
+    assert active == pytest.approx(0.6)
+    for k in ("message_s", "receive_s", "task_cpu_s", "forward_s"):
+        assert getattr(got, k) == pytest.approx(getattr(HOST, k)), k
+    for r in short:
+        if r.plan is not None and r.placed < HOST_BOUND_SHARE * r.offered:
+            assert estimate_cost(r.plan, a, got, NODES, rate=r.offered).host_bound == pytest.approx(r.placed)
 
 
 def test_the_hybrid_placement_hop_has_its_own_cost_and_follows_a_message_without_one(drf):
