@@ -143,7 +143,7 @@ def test_a_drift_injected_at_the_store_is_reported_per_variable_and_by_status(ru
     assert out.exit_code == 0 and '"exact": true' in out.output, out.output
 
 
-def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_state(runtime, monkeypatch):
+def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_state(runtime, monkeypatch, caplog):
     """What release_tests/chaos.py --seed 3 found (a store restart slowed a live driver's ack past the switch's
     timeout): a decentralized replica whose last OnDispatch were not pushed yet (it pushes when tasks wait or
     finish) misses a switch's freeze; the switch collects the merged State without them, and the process,
@@ -167,6 +167,7 @@ def test_a_process_taken_for_dead_at_a_switch_keeps_its_running_tasks_share_of_s
         finally:
             os.kill(pid, signal.SIGCONT)
         assert entry["unacked"], entry  # (the interleaving: the process missed the freeze)
+        assert "s (silent for the ack timeout, 2 s)" in caplog.text, caplog.text
         # heard from again, it gets the State rebuilt from every process's tasks (see PolicyRuntime.rebuild_late)
         wait_for(lambda: any("took for dead" in h["reason"] for h in rt.history), timeout=30,
                  message=lambda: f"the rebuild after the late process came back: {rt.history}")
@@ -228,7 +229,7 @@ def test_a_process_stopped_across_a_store_restart_and_two_switches_keeps_its_sha
     ray.kill(other)
 
 
-def test_a_switch_does_not_wait_for_a_submitting_process_that_died(runtime, monkeypatch):
+def test_a_switch_does_not_wait_for_a_submitting_process_that_died(runtime, monkeypatch, caplog):
     """The 30-minute chaos run's slow switches (p99 10 s): a submitter killed just before a switch never
     acks, and the switch waited its whole ack timeout for it -- until the job watch evicted the process,
     every switch did. The switch looks at the GCS as the job watch does, and takes a dead one for dead at
@@ -249,6 +250,7 @@ def test_a_switch_does_not_wait_for_a_submitting_process_that_died(runtime, monk
     finally:
         open(release, "w").close()
     assert entry["unacked"] == theirs and entry["freeze_s"] < 60, entry
+    assert "(their job ended or their Ray worker died)" in caplog.text, caplog.text
 
 
 def test_a_submitting_process_lost_with_its_node_is_evicted(ray_cluster, runtime):

@@ -396,8 +396,11 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     phase("published", new)
     old.retire()
     if unacked:
-        log.warning("ray-adaptive: processes %s did not freeze for the switch to %r (dead, or silent for %g s): "
-                    "taken for dead", unacked, plan.name, ack_timeout_s)
+        waited = acked - start
+        log.warning("ray-adaptive: processes %s did not freeze for the switch to %r: taken for dead after %.1f s "
+                    "(%s)", unacked, plan.name, waited,
+                    f"silent for the ack timeout, {ack_timeout_s:g} s" if waited >= ack_timeout_s - DEAD_CHECK_S
+                    else "their job ended or their Ray worker died")
     return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
                  "exact": exact, "unacked": unacked,
                  "freeze_steps_s": {"acks": acked - start, "collect": collected - acked, "publish": published - collected},
