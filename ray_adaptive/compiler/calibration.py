@@ -32,11 +32,10 @@ keeps the base profile's value.
 A run *at the host's bound* (placing under ``HOST_BOUND_SHARE`` of what it
 was offered) counts as the saturated host's cores, not the cores measured
 over it. That is the equation :func:`~ray_adaptive.compiler.estimates.host_bound`
-solves when it predicts such a run; measured, a plan at its bound keeps
+solves when it predicts such a run. Measured, a plan at its bound keeps
 0.01-0.05 fewer cores busy than the saturated host (a process waiting on
-another's answer), and fitting those figures priced every plan's bound
-5-10% high (the 2 ms tasks on 2 cores: the centralized selector's ceiling
-predicted 244/s against 173 measured).
+another's answer), and a fit to those figures predicted its own runs at the
+bound up to 10% high (2 ms tasks on 2 cores, the centralized plan).
 
 Example (the figures of one run of ``release_tests/calibrate_host.py`` on a 2-core machine: cores busy
 idle 0.06, saturated 1.974; plain Ray at 206 and 1,180 tasks/s, each plan at 300 and 1,178 offered)::

@@ -148,7 +148,7 @@ def in_process_goodput(bound: float, rate: float, shares: Sequence[float]) -> fl
     process, not at a scheduler that drops a task at its deadline, so it grows for as long as the load
     lasts and its tasks start ever later: it delivers none in time. A selector's backlog is at the
     selector, which drops what it cannot place in time and places the rest on time: its plans keep their
-    bound. (Measured, 2 ms tasks from three processes offered 1:1:3 on 2 cores, calibrated bound ~340:
+    bound. (Measured, 2 ms tasks from three processes offered 1:1:3 on 2 cores, calibrated bound 280-370:
     at 300 offered 292-296 delivered; at 1,200, 341 and 333 placed a second and 15 and 22 started in time;
     at 900, 82 and 116 -- in a 4.5 s window, before the backlogs reach the 1 s deadline.)
 
