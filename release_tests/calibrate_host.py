@@ -174,9 +174,11 @@ def main() -> None:
 
     by_name, measured, analysis = _plans_by_name(rows, fit[0])
     fitted = lambda r: r["plan"] == "plain" or (r["rate"] in fit and r["architecture"] in fit_plans)  # noqa: E731
-    runs = [HostRun(by_name.get(plan), *(_median([x[k] for x in runs_of]) for k in ("offered", "placed",
-                                                                                 "window_busy_cores")))
-            for (plan, _), runs_of in _by_point(rows).items() if fitted(runs_of[0])]
+    points = {point: (runs_of, {k: _median([x[k] for x in runs_of]) for k in (
+        "offered", "placed", "goodput", "jfi_placed", "window_busy_cores", "machine_busy_cores")})
+        for point, runs_of in _by_point(rows).items()}  # (each rate's medians: the fit's and the rows')
+    runs = [HostRun(by_name.get(plan), m["offered"], m["placed"], m["window_busy_cores"])
+            for (plan, _), (runs_of, m) in points.items() if fitted(runs_of[0])]
     profile, figures["active_cores"] = fit_host(analysis, NODES, runs, figures["idle_cores"],
                                                 figures["saturated"]["cores"], base=measured)
     figures["profile"] = {k: v for k, v in profile.as_dict().items() if k != "unit_s"}
@@ -187,11 +189,9 @@ def main() -> None:
                                            "window_busy_cores", "submit_lag_s", "selector_decisions_per_s", "decisions",
                                            "dropped_placed_late", "dropped_unplaced", "dropped_late")} for r in rows]
     figures["rows"] = []
-    for (plan, rate), runs_of in _by_point(rows).items():
+    for (plan, rate), (runs_of, medians) in points.items():
         r = runs_of[0]
-        row = {"plan": plan, "rate": rate, "runs": len(runs_of),
-               **{k: _median([x[k] for x in runs_of]) for k in ("offered", "placed", "goodput", "jfi_placed",
-                                                                "window_busy_cores", "machine_busy_cores")},
+        row = {"plan": plan, "rate": rate, "runs": len(runs_of), **medians,
                "placed_runs": [x["placed"] for x in runs_of]}
         row["role"] = "fit" if fitted(r) else "predicted"
         if plan != "plain":
