@@ -47,9 +47,12 @@ def test_the_caller_holds_them_when_asked(running):
     rt = running("least_loaded", queue=0, hold="caller")
     assert rt.stats()["held_by"] == "caller"
     fn = ra.policy("least_loaded")(where)
-    futures = [fn.submit(i, 0.5) for i in range(12)]
+    futures = [fn.submit(i, 0.5) for i in range(12)]  # (decided by the dispatcher thread: see Decider.submit)
+    deadline = time.monotonic() + 10
+    while rt.stats()["dispatched"] < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
     s = rt.stats()
-    assert (s["dispatched"], s["pending"]) == (8, 4)  # the gate: executors + queue per node
+    assert (s["dispatched"], s["pending"]) == (8, 4)  # the gate: executors + queue per node (tasks take 0.5 s)
     assert sorted(x for x, _, _ in ray.get([f.result(timeout=30) for f in futures])) == list(range(12))
 
 

@@ -63,7 +63,15 @@ class Decider(Protocol):
         """The runtime's clock (seconds since the runtime began), shared by every process."""
         ...
 
-    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]: ...
+    @property
+    def queued(self) -> bool:
+        """Tasks wait for the dispatcher thread's next tick to be decided (``submit(wait=False)``)."""
+        ...
+
+    def submit(self, tasks: Sequence[TaskState], wait: bool = True) -> List[TaskState]:
+        """Decide the tasks. ``wait`` False: their caller does not wait for the decision (a ``.submit()``);
+        a decider may then leave it to the dispatcher thread's next tick (``queued``)."""
+        ...
 
     def finished(self, ids: Sequence[str]) -> List[TaskState]:
         """Tasks of this process left their nodes: their room is free, OnFinish runs where State lives."""

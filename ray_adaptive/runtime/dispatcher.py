@@ -44,6 +44,10 @@ class Dispatched(Protocol):
 
     def harvest(self, block: float) -> bool: ...
 
+    def queued(self) -> bool:
+        """Callers left decisions to this thread (see :meth:`~ray_adaptive.runtime.decider.Decider.submit`)."""
+        ...
+
     def waiting_unwatched(self) -> bool:
         """Tasks wait for room here and no caller is harvesting for it."""
         ...
@@ -115,12 +119,14 @@ class Dispatcher:
     def _loop(self) -> None:
         r = self._router
         while ray.is_initialized():  # (after ray.shutdown, a call here would start Ray again)
-            if r.waiting_unwatched():  # see room the moment it is made
+            if r.queued():  # callers left their decisions to this thread: the finishes so far, then decide
+                r.harvest(block=0.0)
+            elif r.waiting_unwatched():  # see room the moment it is made
                 r.harvest(block=self.TICK_S)
             elif self._harvester.launched:  # a submitting caller harvests as it needs; else, once stale
                 stale = self._harvester.harvested_at + max(self.STALE_S, r.fresh_s) - time.monotonic()
                 if stale > 0:
-                    time.sleep(stale)
+                    r.nap(stale, stale)  # (a submission wakes it: its task may be queued for this thread)
                 else:
                     r.harvest(block=0.0)
             else:  # nothing of ours runs: a heartbeat every TICK_S while tasks wait here, else a nap

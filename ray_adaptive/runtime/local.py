@@ -46,11 +46,24 @@ class LocalDecider:
         self._pushed_at = time.monotonic()  # when the last sync started
         self.on_decided: Callable[[List[TaskState]], None] = lambda tasks: None  # (decisions come from calls)
         self.on_stop: Callable[[List[Stop]], None] = lambda stops: None  # (never: a decentralized plan never preempts)
+        self.queued = False  # tasks wait for the dispatcher thread's next tick (see submit)
 
     def now(self) -> float:
         return time.time() - self._t0
 
-    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+    def submit(self, tasks: Sequence[TaskState], wait: bool = True) -> List[TaskState]:
+        """Decide in this call; or, ``wait`` False (a ``.submit()``: its caller goes on at once), only queue
+        them for the dispatcher thread's next tick. Deciding and launching cost this process ~5-10 ms of
+        CPU a task on a loaded host: a caller that decides is held up that long per task, so an open-loop
+        submitter offered more than that falls behind its own arrivals, its backlog out of reach of any
+        deadline (placed, every task then starts late). Queued, its backlog waits where the deadline
+        drops what the process cannot launch in time, and the dispatcher decides it in batches."""
+        if not wait:
+            now = self.now()
+            for t in tasks:
+                self.sched.add(t, now)
+            self.queued = True
+            return []
         if len(tasks) == 1:  # (a .remote() or .submit(): decided alone while nothing waits here)
             self._refresh()
             return self._dispatched(self.sched.add_and_decide(tasks[0], self.now()))
@@ -97,6 +110,7 @@ class LocalDecider:
         reached the store only with its next finish -- the others saw those slots free meanwhile, and
         the merged State lacked them while the tasks ran.)"""
         self._dirty = self._dirty or bool(decided)
+        self.queued = False
         return decided
 
     def tick(self) -> List[TaskState]:
@@ -111,6 +125,7 @@ class LocalDecider:
         """Stop deciding: push this replica's last changes (the switch takes the merged State next) and
         hand the undecided tasks over -- their OnArrival is in that State."""
         pending = self.sched.cancel_pending()
+        self.queued = False
         self._m.flush()
         return Handover(arrived=pending)
 

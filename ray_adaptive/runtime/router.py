@@ -125,7 +125,7 @@ class Router:
         ``preemptible``: a policy's Preempt may stop its runs; the ObjectRef is then its resolver's, which
         resolves to the final run's result (see :mod:`ray_adaptive.runtime.preempt`)."""
         future: Future = Future()
-        self._enqueue(fields, launch, deadline_s, future, shape, demand, preemptible)
+        self._enqueue(fields, launch, deadline_s, future, shape, demand, preemptible, wait=False)
         return future
 
     def call(self, fields: dict, launch: Launch, deadline_s: float = math.inf, shape: Any = None,
@@ -134,7 +134,8 @@ class Router:
         thread returns the ref at once, with no Future; waiting for a local decision, the caller
         harvests completions itself."""
         remote = self.decider.remote
-        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape, demand, preemptible)
+        task = self._enqueue(fields, launch, deadline_s, Future() if remote else None, shape, demand, preemptible,
+                             wait=True)
         if task.settled:
             return task.result()
         if task.future is not None and remote:  # decided by the selector: just wait
@@ -155,10 +156,13 @@ class Router:
         return task.result()
 
     def _enqueue(self, fields: dict, launch: Launch, deadline_s: float, future: Optional[Future],
-                 shape: Any = None, demand: Demand = (), preemptible: bool = False) -> RoutedTask:
+                 shape: Any = None, demand: Demand = (), preemptible: bool = False, *, wait: bool) -> RoutedTask:
+        """``wait``: the caller waits for the decision (``.remote()``); else the decider may queue the task for
+        the dispatcher thread (see :meth:`~ray_adaptive.runtime.decider.Decider.submit`)."""
         if demand and (self.topology.generation, demand) not in self._fitting:
             self._check_fits(demand)
-        if time.monotonic() - self.harvester.harvested_at > self.fresh_s:
+        # (with tasks queued, the dispatcher thread harvests before it decides them: not this caller)
+        if time.monotonic() - self.harvester.harvested_at > self.fresh_s and not self.decider.queued:
             self.harvest(block=0.0)
         book = self.book
         with self._cond:
@@ -190,7 +194,8 @@ class Router:
                 chosen = []
             else:
                 try:
-                    chosen = book.decider.submit([state])  # a local decider decides in the caller's thread
+                    # a local decider decides in the caller's thread, unless the caller goes on at once
+                    chosen = book.decider.submit([state], wait=wait)
                 except Exception:  # the policy failed on this task at its arrival (undone there): the caller hears
                     del book.tasks[state.id]
                     self.stats.failed += 1
@@ -263,6 +268,10 @@ class Router:
         self.book.launch(chosen)
 
     # ------------------------------------------------- the dispatcher's clock (see runtime.dispatcher)
+    def queued(self) -> bool:
+        with self._cond:
+            return self.decider.queued and not self.gate.frozen
+
     def waiting_unwatched(self) -> bool:
         with self._cond:
             return self.decider.pending > 0 and not self.book.waiters
@@ -338,6 +347,9 @@ class Router:
     def _end(self, error: Callable[[RoutedTask], BaseException]) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        with self._cond:  # the tasks queued for the dispatcher thread are decided, as a caller's would have been
+            chosen = self.decider.tick() if self.decider.queued and not self.gate.frozen else []
+        self.book.launch(chosen)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -477,6 +489,9 @@ class Router:
         tasks to finish. Returns how many were cancelled."""
         if self.watcher is not None:
             self.watcher.stop()
+        with self._cond:  # the tasks queued for the dispatcher thread are decided, as a caller's would have been
+            chosen = self.decider.tick() if self.decider.queued and not self.gate.frozen else []
+        self.book.launch(chosen)
         with self._cond:
             self._closed = True
             self._cond.notify_all()

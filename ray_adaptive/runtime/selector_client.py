@@ -97,7 +97,10 @@ class SelectorClient:
     def now(self) -> float:
         return time.time() - self._t0
 
-    def submit(self, tasks: Sequence[TaskState]) -> List[TaskState]:
+    queued = False  # (its submissions never wait for the router's dispatcher thread)
+
+    def submit(self, tasks: Sequence[TaskState], wait: bool = True) -> List[TaskState]:
+        """``wait`` is moot: the selector's tasks go out in this client's thread, and a lease decides at once."""
         with self._cond:
             if self._lease is not None:
                 return self._lease.submit(tasks, self.now())
