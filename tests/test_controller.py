@@ -54,9 +54,11 @@ def test_agreement_is_on_the_rule_so_a_ramp_moving_the_candidate_still_switches(
     t = EstimateTable("p", t.limit, t.nodes, t.capacity, t.rates, t.burstiness, t.plans,
                       {k: {**v, D: PlanEstimate(2000, 1.0, 1.0, 2.0e-3)} for k, v in t.cells.items()}, t.choice)
     # (agreement on the plan started counting again at HIGH: the switch came one evaluation later, at 3)
-    assert _run(Controller(t, Settings(consecutive=3, dwell_s=0), C), [MID, HIGH, HIGH, HIGH]) == [(2, D)]
+    # (D delivers 5x C's goodput at HIGH: with ``urgent`` it would not wait for agreement at all)
+    patient = Settings(consecutive=3, dwell_s=0, urgent=math.inf)
+    assert _run(Controller(t, patient, C), [MID, HIGH, HIGH, HIGH]) == [(2, D)]
     # an evaluation that keeps the plan (at LOW the plan in force is the choice) starts the count again
-    ctl = Controller(t, Settings(consecutive=2, dwell_s=0), C)
+    ctl = Controller(t, Settings(consecutive=2, dwell_s=0, urgent=math.inf), C)
     assert _run(ctl, [MID, LOW, MID]) == [] and _to(ctl.evaluate(Measurement(200.0, HIGH))) == D
 
 
@@ -95,6 +97,21 @@ def test_a_cheaper_plan_at_the_same_goodput_is_taken_only_when_asked():
     assert _to(Controller(t, Settings(consecutive=1, dwell_s=0), H).evaluate(Measurement(1.0, LOW))) == C
     keep = Controller(t, Settings(consecutive=1, dwell_s=0, prefer_cheaper=False), H).evaluate(Measurement(1.0, LOW))
     assert keep.switch_to is None
+
+
+def test_a_plan_past_its_cliff_is_left_on_the_first_evaluation_that_calls_for_it():
+    # a decentralized plan above its host bound: 0 in time at HIGH, against the selector's 400
+    d_cliff = {C: PlanEstimate(400, 1.0, 1.0, 2.5e-3), D: PlanEstimate(0.0, 1.0, 1.0, 2.0e-3)}
+    d_fine = {C: PlanEstimate(400, 1.0, 1.0, 2.5e-3), D: PlanEstimate(2000, 1.0, 1.0, 2.0e-3)}
+    t = EstimateTable("p", 1.2, 12, 510.0, (LOW, HIGH), (1.0,), PLANS[:2], {(0, 0): d_fine, (1, 0): d_cliff},
+                      {(0, 0): D, (1, 0): C})
+    assert _run(Controller(t, Settings(consecutive=3, dwell_s=0), D), [LOW, HIGH, HIGH]) == [(1, C)]
+    v = Controller(t, Settings(consecutive=3, dwell_s=0, urgent=math.inf), D).evaluate(Measurement(1.0, HIGH))
+    assert v.switch_to is None and "1 of 3 evaluations agree" in v.reason
+    # the dwell still holds
+    held = Controller(t, Settings(consecutive=3, dwell_s=10.0), D, now=0.0).evaluate(Measurement(1.0, HIGH))
+    assert held.switch_to is None and "dwelling" in held.reason
+    # a gain under ``urgent`` (C 400 -> H 470) waits for agreement: see test_above_the_knee_...
 
 
 def test_periodic_work_counts_in_the_cost_so_a_syncing_plan_is_left_at_low_load():
@@ -138,6 +155,7 @@ def test_measured_pauses_update_the_switch_cost():
     ({"consecutive": 0}, "consecutive must be an int >= 1, got 0"),
     ({"dwell_s": -1}, "dwell_s must be a number >= 0, got -1"),
     ({"horizon_s": 0}, "horizon_s must be a number of seconds > 0 or None, got 0"),
+    ({"urgent": 1.0}, "urgent must be a number > 1 or inf, got 1.0: how many times"),
 ])
 def test_settings_name_the_bad_value(kw, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

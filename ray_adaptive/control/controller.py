@@ -28,7 +28,12 @@ The rules (each setting of :class:`Settings`):
 * **Hysteresis.** ``consecutive`` evaluations in a row that call for a
   switch by the same rule (the switch goes to the latest one's candidate),
   and no switch within ``dwell_s`` of the last one: a rate sitting on a
-  boundary does not flap.
+  boundary does not flap. A goodput switch to a plan that delivers at
+  least ``urgent`` times the plan in force's is made on the first
+  evaluation that calls for it: the plan in force is past a cliff (a
+  decentralized plan above its host bound delivers a fraction of what it
+  did), a rate on a boundary gives no such gap, and each evaluation
+  waited for leaves the cliff's goodput in force ``every_s`` longer.
 * **The cluster's size.** A measurement says how many nodes run tasks and
   their executors. The table must be one for that size (:meth:`EstimateTable.fits`):
   when the cluster grows or shrinks, the controller keeps the plan in force
@@ -85,6 +90,10 @@ class Settings:
     switch_cost_s: float = 0.25  # a switch's pause (until one is measured)
     horizon_s: Optional[float] = None  # a switch's gain is counted over this long (default: dwell_s, at least 10 s)
     prefer_cheaper: bool = True  # switch to a plan that costs less to run when goodput is the same
+    # a goodput switch to a plan delivering at least this many times the plan in force's needs no agreement:
+    # a plan past its cliff (a decentralized plan above its host bound) is no noisy reading, and each
+    # evaluation waited for leaves it collapsed another every_s (inf: always wait for ``consecutive``)
+    urgent: float = 2.0
 
     def __post_init__(self):
         for name in ("every_s", "window_s"):
@@ -98,6 +107,9 @@ class Settings:
                 raise ValueError(f"{name} must be a number >= 0{hint}, got {v!r}")
         if isinstance(self.consecutive, bool) or not isinstance(self.consecutive, int) or self.consecutive < 1:
             raise ValueError(f"consecutive must be an int >= 1, got {self.consecutive!r}")
+        if isinstance(self.urgent, bool) or not isinstance(self.urgent, (int, float)) or not self.urgent > 1:
+            raise ValueError(f"urgent must be a number > 1 or inf, got {self.urgent!r}: how many times the plan in "
+                             f"force's goodput a switch must bring to need no agreement")
         if self.horizon_s is not None and not (self.horizon_s > 0 and math.isfinite(self.horizon_s)):
             raise ValueError(f"horizon_s must be a number of seconds > 0 or None, got {self.horizon_s!r}")
 
@@ -173,26 +185,28 @@ class Controller:
         if pause_s is not None and pause_s >= 0:
             self.switch_cost_s = 0.5 * self.switch_cost_s + 0.5 * pause_s
 
-    def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[tuple[str, str]]:
-        """The rule that calls for a switch to ``cand`` and the reason to give (None: no reason)."""
+    def _why(self, m: Measurement, cur: PlanEstimate, cand: PlanEstimate) -> Optional[tuple[str, str, bool]]:
+        """The rule that calls for a switch to ``cand``, the reason to give, and whether it is urgent (see
+        ``Settings.urgent``); None: no reason."""
         s, t = self.settings, self.table
         rate, cap, limit = m.rate, t.capacity, t.limit
         current, source = self._current_goodput(m, cur)
         gain = cand.goodput(rate, cap) - current
         pause = rate * self.switch_cost_s  # tasks the pause delays
         if not cur.within(limit) and cand.within(limit):
-            return "quality", f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it"
+            return ("quality", f"quality: ratio {cur.ratio_high:.2f} > limit {limit:g}; {cand.ratio_high:.2f} within it",
+                    False)
         if not cand.within(limit):
             return None
         if gain > s.margin * max(current, 1e-9) and gain * s.horizon > pause:
             return "goodput", (f"goodput: {cand.goodput(rate, cap):.0f} vs {current:.0f} tasks/s{source} at "
-                    f"{rate:.0f} tasks/s offered")
+                    f"{rate:.0f} tasks/s offered"), cand.goodput(rate, cap) >= s.urgent * current
         cost, cand_cost = cur.cost_s(rate), cand.cost_s(rate)
         saved = (cost - cand_cost) * rate * s.horizon  # scheduler seconds over the horizon
         if (s.prefer_cheaper and abs(gain) <= s.margin * max(current, 1e-9)
                 and cand_cost < (1 - s.margin) * cost and saved > self.switch_cost_s):
             return "cheaper", (f"cheaper: {cand_cost * 1e3:.2f} vs {cost * 1e3:.2f} ms of scheduler time per task "
-                    f"(periodic work included) at the same goodput")
+                    f"(periodic work included) at the same goodput"), False
         return None
 
     def _current_goodput(self, m: Measurement, cur: PlanEstimate) -> tuple[float, str]:
@@ -233,13 +247,13 @@ class Controller:
         # agreement is on the rule, not the plan: as a ramp's windowed rate rises through the grid the
         # candidate moves between plans that each beat the plan in force for the same reason, and
         # counting from 1 at each move delayed a switch by evaluations that all called for it
-        rule, why = called
+        rule, why, urgent = called
         name, count = self._streak
         count = count + 1 if name == rule else 1
         self._streak = (rule, count)
         if m.time - self._switched_at < s.dwell_s:
             return keep(f"{why}; dwelling ({m.time - self._switched_at:.1f} of {s.dwell_s:g} s since the last switch)")
-        if count < s.consecutive and not first_at_size:
+        if count < s.consecutive and not (first_at_size or urgent):
             return keep(f"{why}; {count} of {s.consecutive} evaluations agree")
         if (t.nodes, t.executors) != self._size:  # the size moved since the plan in force was chosen: say so
             why = f"cluster {self._size[0]} -> {t.nodes} nodes; {why}"
