@@ -127,6 +127,31 @@ def test_a_task_whose_turn_to_launch_comes_after_its_deadline_is_not_launched_an
     assert stats.dispatched == 4
 
 
+def test_a_placement_dropped_after_a_switch_froze_the_gate_is_held_as_the_task_it_was():
+    """A decision made before a freeze, claimed and fired after it with its deadline past (a dispatcher
+    thread deciding a backlog at its deadline's edge, issue 37): its room goes back through the gate,
+    which must hold the task as dispatched -- its fields and node -- for the next plan's decider to take
+    as running, then finished (OnFinish). It held a blank task (no node, no fields), which the next
+    decider cannot adopt (``Scheduler.adopt`` looks its node up). Seen on Ray (issue 37): after a switch
+    out of a decentralized plan with a backlog, two of three submitting processes had no task decided
+    for the rest of the run (JFI 1/3), never acked the next switch, and ``rt.audit()`` found the
+    selector's State off (a tenant's allocation -12.1 against 0 implied)."""
+    stats = RouterStats()
+    book = _book(stats)
+    clock = _Clock()
+    book.decider = clock
+    state = TaskState("t", arrival=0.0, fields={"tenant": "greedy"}, deadline=1.0)
+    state.node = "node-1"
+    book.tasks["t"] = RoutedTask(state, launch=lambda node: None)
+    claimed, gone, plan = book.claim([state], now=0.9)
+    book._gate.close(1)  # (a switch froze the gate between the decision and its launch)
+    clock.t = 1.1
+    book.fire(claimed, gone, plan)
+    assert clock.freed == []  # (frozen: no decider is told)
+    held = book._gate.held_finished
+    assert [(t.id, t.node, t.fields) for t in held] == [("t", "node-1", {"tenant": "greedy"})]
+
+
 def test_a_task_expired_here_and_dropped_by_its_scheduler_at_once_is_told_once_and_fails_no_thread():
     """The dispatcher's expire settles a task undecided at its deadline and tells its caller outside the
     lock; its scheduler's drop of that task may land at the same time, and claim hands it on to be told

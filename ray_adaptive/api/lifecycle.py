@@ -102,7 +102,7 @@ def start(policy: "str | Policy", plan: Any = "auto", *, rate: Optional[float] =
             and why (see :mod:`ray_adaptive.plan.holding`).
         adaptive: with ``plan="adaptive"``, the controller's settings (``every_s``, ``window_s``,
             ``margin``, ``consecutive``, ``dwell_s``, ``switch_cost_s``, ``horizon_s``,
-            ``prefer_cheaper``: see :class:`ray_adaptive.control.Settings`), ``fractions`` (the
+            ``prefer_cheaper``, ``urgent``: see :class:`ray_adaptive.control.Settings`), ``fractions`` (the
             estimate grid's rates, as fractions of the cluster's execution bound), ``initial``
             (the plan to start with, any plan this function takes; default ``"auto"``) and
             ``trace`` (task specs of the expected workload: the first estimate table is computed

@@ -17,8 +17,8 @@ the knee of a cluster run on one machine, where the plan's decision
 throughput is never reached. Above that knee a decentralized plan is worse
 off than the bound says (:func:`in_process_goodput`): its schedulers run in
 the submitting processes, so a process offered more than its share of the
-host falls behind its own submissions, ahead of any deadline the runtime
-keeps, and its tasks start late.
+host places its tasks late, at the edge of their deadline, and they start
+after it.
 
 **Quality** is the competitive ratio from replaying a window of the trace
 under the plan (:mod:`ray_adaptive.sim.plan_sim`): at each decision,
@@ -144,13 +144,15 @@ def in_process_goodput(bound: float, rate: float, shares: Sequence[float]) -> fl
 
     Up to the bound, all of them. Above it, the host's cores go to the processes max-min fairly (the OS
     runs each runnable one in turn): a process offered less than an even share of what is left gets what
-    it needs and keeps up; one offered more falls behind its own submissions. Its backlog waits in the
-    process, not at a scheduler that drops a task at its deadline, so it grows for as long as the load
-    lasts and its tasks start ever later: it delivers none in time. A selector's backlog is at the
-    selector, which drops what it cannot place in time and places the rest on time: its plans keep their
-    bound. (Measured, 2 ms tasks from three processes offered 1:1:3 on 2 cores, calibrated bound 280-370:
-    at 300 offered 292-296 delivered; at 1,200, 341 and 333 placed a second and 15 and 22 started in time;
-    at 900, 82 and 116 -- in a 4.5 s window, before the backlogs reach the 1 s deadline.)
+    it needs and keeps up; one offered more does not. Its backlog waits in the process for its dispatcher
+    thread (``.submit()``), which shares the process's cores and interpreter with the submitting thread:
+    the backlog sits at the edge of its 1 s deadline, the submitting thread itself falls behind (0.2-0.5
+    s), and what the process places starts late. So such a process counts for none in time: a floor, where
+    the processes deliver a little. A selector's backlog is at the selector, which drops what it cannot
+    place in time and places the rest on time: its plans keep their bound. (Measured, 2 ms tasks from
+    three processes offered 1:1:3 on 2 cores, calibrated bound 280-370: at 300 offered 292-296 delivered.
+    Above the bound, while the caller decided: at 1,200, 341 and 333 placed a second and 15 and 22 started
+    in time. With the dispatcher deciding (1c75124), at 1,000: 259 placed in time, 73 started in time.)
 
     Example: three processes offered 20%, 20% and 60% of 600 tasks/s, on a host that places 400:
         >>> in_process_goodput(400.0, 300.0, (0.2, 0.2, 0.6)), in_process_goodput(400.0, 600.0, (0.2, 0.2, 0.6))

@@ -1,9 +1,13 @@
 """The dispatcher thread of a submitting process: what happens when no caller is looking.
 
-A caller of ``.remote()`` / ``.submit()`` harvests finishes and launches
-decisions itself, as it needs them. The dispatcher thread (one per process
-and policy) does the rest, on a clock:
+A caller of ``.remote()`` harvests finishes and launches the decisions made
+in its thread itself, as it needs them (so does a ``.submit()`` caller holding
+a selector's lease). The dispatcher thread (one per process and policy) does
+the rest, on a clock:
 
+* decides and launches what ``.submit()`` callers queued under a
+  decentralized plan (see :meth:`~ray_adaptive.runtime.decider.Decider.submit`),
+  after a harvest, as soon as they queue it;
 * harvests while tasks wait for room and no caller looks for it, or once the
   last harvest is older than ``STALE_S`` (a submitting caller harvests as it
   needs: a dispatcher also looking every ``TICK_S`` would collide with it);

@@ -50,8 +50,10 @@ class SwitchGate:
         self._pause_from = self._last_launch or self._frozen_at
         self._pause_plan = generation
 
-    def hold_finished(self, ids: Sequence[str], known: Dict[str, TaskState]) -> None:
-        self.held_finished += [known.get(i) or TaskState(i, 0.0, {}) for i in ids]
+    def hold_finished(self, tasks: Sequence[TaskState]) -> None:
+        """Placed tasks that left their nodes (or were never launched) while frozen: the next decider takes
+        each as running, then finished -- so each as it was dispatched, its node and fields (OnFinish)."""
+        self.held_finished += tasks
 
     def frozen_with(self, handover: Handover, placed_per_node: Dict[str, int]) -> dict:
         """The frozen decider handed ``handover`` over; what this process holds, for the switch's ack."""

@@ -155,8 +155,10 @@ class TaskBook:
                         pass
         if gone:
             self.tell(gone)
-            placed = [t.state.id for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
-            with self._lock:  # their room goes back, as a finish would give it
+            placed = [t for t in gone if t.state.node is not None]  # (dropped unplaced: no room held)
+            with self._lock:  # their room goes back, as a finish would give it -- held by the gate, with
+                # each task's state, when a switch froze it since the decision: the next decider runs
+                # OnFinish on the task its predecessor dispatched (its tenant, its node), not on a blank
                 chosen = self.finished(placed)
             self.launch(chosen)
 
@@ -230,14 +232,14 @@ class TaskBook:
             except Exception:
                 pass  # (Ray is gone: the resolver went with it)
 
-    def finished(self, ids: List[str], tasks: Sequence[RoutedTask] = ()) -> List[TaskState]:
-        """Tell the decider these tasks left their nodes; frozen, the gate keeps them for the next one."""
-        if not ids:
+    def finished(self, tasks: Sequence[RoutedTask]) -> List[TaskState]:
+        """Tell the decider these placed tasks left their nodes; frozen, the gate keeps them for the next one."""
+        if not tasks:
             return []
         if self._gate.frozen:
-            self._gate.hold_finished(ids, {t.state.id: t.state for t in tasks})
+            self._gate.hold_finished([t.state for t in tasks])
             return []
-        return self.decider.finished(ids)
+        return self.decider.finished([t.state.id for t in tasks])
 
     def harvested(self, finished: List[RoutedTask], now: float) -> List[TaskState]:
         """Launched tasks finished at ``now``: out of the book and off their nodes. Returns what the room
@@ -247,7 +249,7 @@ class TaskBook:
             tasks.pop(task.state.id, None)
             per_node[task.node] -= 1  # type: ignore[index]  # (launched: placed)
         self._stats.finished += len(finished)
-        return self.finished([t.state.id for t in finished], finished)
+        return self.finished(finished)
 
     def recorded(self, finished: List[RoutedTask], now: float) -> None:
         """Tell the monitor (outside the lock) what finished, as it ran."""
