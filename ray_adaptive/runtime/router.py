@@ -347,9 +347,6 @@ class Router:
     def _end(self, error: Callable[[RoutedTask], BaseException]) -> None:
         if self.watcher is not None:
             self.watcher.stop()
-        with self._cond:  # the tasks queued for the dispatcher thread are decided, as a caller's would have been
-            chosen = self.decider.tick() if self.decider.queued and not self.gate.frozen else []
-        self.book.launch(chosen)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
