@@ -330,3 +330,17 @@ def test_a_flush_that_finds_the_store_gone_for_good_gives_up(world, monkeypatch)
         for call in list(world.handle.calls):
             dead(call)
     assert done.is_set()
+
+
+def test_a_submission_its_caller_does_not_wait_for_is_queued_for_the_dispatcher_tick(world):
+    """(This file's world is a LocalDecider without Ray.) ``submit(wait=False)`` -- a ``.submit()`` -- only
+    queues: the caller is not held up by the decision (issue 37: above the host bound an open-loop caller
+    that decided fell behind its arrivals). The dispatcher's tick decides the queue; a caller that waits
+    (a ``.remote()``) decides in its call, the tasks queued before it too."""
+    p = world.process("p")
+    assert p.submit([_task("a-0", "a")], wait=False) == [] and p.queued and p.pending == 1
+    decided = p.tick()
+    assert [(t.id, t.node is not None) for t in decided] == [("a-0", True)] and not p.queued
+    p.submit([_task("a-1", "a")], wait=False)
+    decided = p.submit([_task("a-2", "a")], wait=True)
+    assert sorted(t.id for t in decided if t.node is not None) == ["a-1", "a-2"] and not p.queued
