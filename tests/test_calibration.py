@@ -6,7 +6,6 @@ import math
 import pytest
 
 from ray_adaptive.compiler import Profile, analyze, enumerate_plans, estimate_cost
-from ray_adaptive.compiler.estimates import in_process_goodput
 from ray_adaptive.compiler.calibration import HOST_BOUND_SHARE, HostRun, fit_host, host_cpu
 from ray_adaptive.dsl import load_policy
 
@@ -146,39 +145,20 @@ def test_a_fit_without_runs_or_a_saturated_host_is_refused(drf):
         HostRun(None, 1, 1, -1)
 
 
-def test_above_the_host_bound_a_submitting_process_offered_more_than_its_share_delivers_none():
-    """Max-min fair shares of the host among the processes: those offered less than an even share of what
-    is left keep up; the others fall behind their own submissions and deliver nothing in time."""
-    assert in_process_goodput(400.0, 400.0, (0.2, 0.2, 0.6)) == 400.0  # (up to the bound: everything)
-    assert in_process_goodput(400.0, 600.0, (0.2, 0.2, 0.6)) == pytest.approx(240.0)  # (the 60% one is behind)
-    assert in_process_goodput(400.0, 600.0, (0.0, 0.2, 0.2, 0.6)) == pytest.approx(240.0)  # (an empty home)
-    assert in_process_goodput(400.0, 1200.0, (0.2, 0.2, 0.6)) == 0.0  # (240 each > 400 / 3: all behind)
-    assert in_process_goodput(400.0, 500.0, (0.5, 0.5)) == 0.0  # (even shares: over the bound, all behind)
-    assert in_process_goodput(400.0, 500.0, (0.1, 0.9)) == pytest.approx(50.0)
-    assert in_process_goodput(400.0, 500.0, ()) == 500.0  # (no shares known: the bound alone, as before)
-
-
-def test_a_decentralized_plan_above_its_host_bound_carries_what_its_processes_deliver(drf):
-    """The shares change a decentralized plan's throughput only above its host bound; a selector's plan
-    keeps its bound (the selector drops at the deadline what it cannot place in time)."""
+def test_above_its_host_bound_every_plan_carries_its_bound(drf):
+    """A decentralized plan's processes serve a backlog newest first (plan.queue), so above the host's bound
+    they deliver what they place in time, as a selector's plan does: the throughput is the bound."""
     a, plans = drf
-    d, c = plans["decentralized+sync 100ms"], plans["centralized"]
-    shares = (0.0, 0.2, 0.2, 0.6)
-    low = estimate_cost(d, a, HOST, NODES, rate=200.0, shares=shares)
-    assert low.throughput == estimate_cost(d, a, HOST, NODES, rate=200.0).throughput  # (below: unchanged)
-    assert low.host_bound > 200.0
-    high, pooled = (estimate_cost(d, a, HOST, NODES, rate=900.0, shares=s) for s in (shares, ()))
-    assert high.host_bound == pooled.host_bound < 900.0 and pooled.throughput == pooled.host_bound
-    assert high.throughput == pytest.approx(in_process_goodput(high.host_bound, 900.0, shares))
-    assert high.throughput < high.host_bound
-    assert estimate_cost(c, a, HOST, NODES, rate=900.0, shares=shares).throughput == \
-        estimate_cost(c, a, HOST, NODES, rate=900.0).throughput
+    for name in ("decentralized+sync 100ms", "centralized"):
+        low, high = (estimate_cost(plans[name], a, HOST, NODES, rate=r) for r in (200.0, 900.0))
+        assert low.host_bound > 200.0 and high.host_bound < 900.0, name
+        assert high.throughput == pytest.approx(high.host_bound), name
 
 
 def test_the_compiler_prices_the_submitting_processes_of_its_trace_on_a_host(drf):
-    """compile_policy hands each decentralized plan its trace's shares: three submitters offered 1:1:3, far
-    above the host's bound, the decentralized plan carries nothing in time and the compiler does not
-    choose it; below the bound it carries the offer."""
+    """Three submitters offered 1:1:3, far above the host's bound: each plan carries its bound, the
+    decentralized plan's the highest (no selector's hops on the host), and the compiler chooses it; below
+    the bound it carries the offer."""
     from ray_adaptive.compiler import compile_policy
     from ray_adaptive.dsl import load_policy
     from ray_adaptive.experiments.on_ray import RayExperiment, estimate_trace
@@ -190,8 +170,9 @@ def test_the_compiler_prices_the_submitting_processes_of_its_trace_on_a_host(drf
                               executors=2, queue=2, workers=1, replay="deciding", profile=HOST, measure=False)
 
     high = compiled(2000.0)
-    dec = high.estimate("decentralized+sync 100ms")
-    assert dec.host_bound < 2000.0 and dec.throughput == 0.0
-    assert high.choice.estimate.plan.architecture.value != "decentralized", high.choice.estimate.plan.name
+    dec, cen = high.estimate("decentralized+sync 100ms"), high.estimate("centralized")
+    assert dec.host_bound < 2000.0 and dec.throughput == pytest.approx(dec.host_bound)
+    assert dec.throughput > cen.throughput
+    assert high.choice.estimate.plan.architecture.value == "decentralized", high.choice.estimate.plan.name
     low = compiled(150.0).estimate("decentralized+sync 100ms")
     assert low.throughput == low.host_bound > 150.0

@@ -164,3 +164,50 @@ def test_a_task_within_its_slack_of_the_deadline_is_dropped_the_others_placed(qu
     out = sched.decide(0.8)  # 0.2 s left: within the slow process's 0.3 s, not within the fast one's
     assert [(t.id, t.node) for t in out] == [("s", None), ("f", "n0")]
     assert set(sched.running) == {"f"} and "a" not in sched.interp.state["alloc"]  # (no hook for the dropped)
+
+
+def _backlog(newest_first):
+    """Two slots; tenant a's tasks arrived 0.0-0.9 s with 1 s deadlines, b's one task at 0.95 s, c's two without."""
+    policy = load_policy("drf_lb")
+    sched = Scheduler(policy, [NodeState(f"n{i}", i, 1, 0, {"CPU": 1.0}) for i in range(2)], newest_first=newest_first)
+    vec = [0.1, 0.2, 0.1]
+    for i in range(10):
+        sched.add(TaskState(f"a{i}", i / 10, {"tenant": "a", "resource_vec": vec}, deadline=i / 10 + 1.0), 0.0)
+    sched.add(TaskState("b0", 0.95, {"tenant": "b", "resource_vec": vec}, deadline=1.95), 0.0)
+    for i in range(2):
+        sched.add(TaskState(f"c{i}", i / 10, {"tenant": "c", "resource_vec": vec}), 0.0)
+    return sched
+
+
+def test_a_backlogged_group_is_served_newest_first():
+    """Adaptive LIFO (plan.queue): a's oldest task has waited more than half its deadline's span, so a's
+    newest goes first -- placed oldest first, it would start at its deadline's edge; b's one task and c's
+    tasks without deadlines keep their order. The decisions of the policy are the same: which tenant goes
+    where; only which of a's tasks."""
+    fifo, lifo = _backlog(None), _backlog(0.5)
+    for s in (fifo, lifo):
+        s.interp.state["alloc"]["c"] = [0.9, 0.9, 0.9]  # c holds much: a and b go first
+    assert [t.id for t in fifo.queue.rows()] == ["a0", "c0", "b0"]
+    assert [t.id for t in lifo.queue.rows()] == ["a0", "c0", "b0"]  # (before a decision's clock: oldest first)
+    placed_fifo, placed_lifo = fifo.decide(0.6), lifo.decide(0.6)
+    assert [t.node for t in placed_fifo] == [t.node for t in placed_lifo] == ["n0", "n1"]
+    assert [t.id for t in placed_fifo] == ["a0", "b0"]
+    assert [t.id for t in placed_lifo] == ["a9", "b0"]
+    a0 = next(t for t in lifo.queue.tasks() if t.id == "a0")
+    assert lifo.queue.position(a0) == 8  # eight of a's tasks go before it now
+    # a finish frees a slot: a's next newest, not its oldest (a0 still has 0.4 s)
+    lifo.finish("a9", 0.7)
+    assert [t.id for t in lifo.decide(0.7)] == ["a8"]
+    # what waits past its deadline is dropped at the head as before, unplaced
+    lifo.finish("a8", 1.25)
+    out = lifo.decide(1.25)
+    assert [t.id for t in out if t.node is None] == ["a0", "a1", "a2"]
+    assert [t.id for t in out if t.node is not None] == ["a7"]
+
+
+def test_newest_first_only_past_the_fraction_and_validated():
+    sched = _backlog(0.5)
+    sched.interp.state["alloc"]["c"] = [0.9, 0.9, 0.9]
+    assert [t.id for t in sched.decide(0.4)] == ["a0", "b0"]  # a0 waited 0.4 of 1 s: oldest first still
+    with pytest.raises(ValueError, match="newest_first.*1.5"):
+        PendingQueue(lambda t: t, newest_first=1.5)

@@ -14,11 +14,11 @@ home decides (``1 / max share``); the hybrid's selector spreads evenly.
 the schedulers, the submitters and the task path share the host's cores,
 so the throughput is also at most :func:`host_bound` at the offered rate --
 the knee of a cluster run on one machine, where the plan's decision
-throughput is never reached. Above that knee a decentralized plan is worse
-off than the bound says (:func:`in_process_goodput`): its schedulers run in
-the submitting processes, so a process offered more than its share of the
-host places its tasks late, at the edge of their deadline, and they start
-after it.
+throughput is never reached. Above that knee every plan delivers its bound in
+time: a selector drops what its delivery slack says would arrive late
+(:mod:`ray_adaptive.runtime.delivery`), and a decentralized plan's process
+offered more than its share of the host serves its backlog newest first
+(:mod:`ray_adaptive.plan.queue`), so what it places has its deadline ahead.
 
 **Quality** is the competitive ratio from replaying a window of the trace
 under the plan (:mod:`ray_adaptive.sim.plan_sim`): at each decision,
@@ -62,7 +62,7 @@ from ray_adaptive.sim.plan_sim import periodic_overload, simulate
 from ray_adaptive.workload.scenario import Scenario
 
 __all__ = ["Step", "Estimate", "estimate_cost", "host_bound", "host_costs", "periodic_cores", "estimate_quality",
-           "effective_parallelism", "home_shares", "in_process_goodput", "ideal_plan", "busy_level", "SKIPPED"]
+           "effective_parallelism", "home_shares", "ideal_plan", "busy_level", "SKIPPED"]
 
 
 @dataclass(frozen=True)
@@ -138,37 +138,6 @@ def effective_parallelism(plan: Plan, scenario: Scenario, nodes: int, cache: Opt
     return 1.0 / shares[-1] if shares else float(plan.k(nodes))
 
 
-def in_process_goodput(bound: float, rate: float, shares: Sequence[float]) -> float:
-    """Tasks/s a decentralized plan delivers in time at ``rate`` offered, its schedulers in the submitting
-    processes (``shares``: each one's share of the rate) on a host that places ``bound`` tasks/s.
-
-    Up to the bound, all of them. Above it, the host's cores go to the processes max-min fairly (the OS
-    runs each runnable one in turn): a process offered less than an even share of what is left gets what
-    it needs and keeps up; one offered more does not. Its backlog waits in the process for its dispatcher
-    thread (``.submit()``), which shares the process's cores and interpreter with the submitting thread:
-    the backlog sits at the edge of its 1 s deadline, the submitting thread itself falls behind (0.2-0.5
-    s), and what the process places starts late. So such a process counts for none in time: a floor, where
-    the processes deliver a little. A selector's backlog is at the selector, which drops what it cannot
-    place in time and places the rest on time: its plans keep their bound. (Measured, 2 ms tasks from
-    three processes offered 1:1:3 on 2 cores, calibrated bound 280-370: at 300 offered 292-296 delivered.
-    Above the bound, while the caller decided: at 1,200, 341 and 333 placed a second and 15 and 22 started
-    in time. With the dispatcher deciding (1c75124), at 1,000: 259 placed in time, 73 started in time.)
-
-    Example: three processes offered 20%, 20% and 60% of 600 tasks/s, on a host that places 400:
-        >>> in_process_goodput(400.0, 300.0, (0.2, 0.2, 0.6)), in_process_goodput(400.0, 600.0, (0.2, 0.2, 0.6))
-        (300.0, 240.0)
-    """
-    if rate <= bound or not shares:
-        return rate
-    left, delivered = bound, 0.0
-    for i, share in enumerate(sorted(shares)):
-        need = share * rate
-        if need > left / (len(shares) - i):  # (this one and every larger one fall behind)
-            break
-        delivered, left = delivered + need, left - need
-    return delivered
-
-
 def host_costs(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profile,
                nodes: int) -> tuple[float, float, float]:
     """What a plan costs a shared host: (CPU s per offered task, CPU s per placed task, cores of periodic
@@ -207,11 +176,9 @@ def host_bound(steps: Sequence[Step], overhead: dict, plan: Plan, profile: Profi
 
 
 def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, parallelism: Optional[float] = None,
-                  rate: Optional[float] = None, shares: Sequence[float] = ()) -> Estimate:
+                  rate: Optional[float] = None) -> Estimate:
     """Latency and throughput of ``plan`` (quality is filled in by :func:`estimate_quality`); ``rate``:
-    the offered tasks/s, for the host's bound (:func:`host_bound`; a profile without a host ignores it);
-    ``shares``: a decentralized plan's :func:`home_shares`, for what it delivers above that bound
-    (:func:`in_process_goodput`; none given: the bound)."""
+    the offered tasks/s, for the host's bound (:func:`host_bound`; a profile without a host ignores it)."""
     steps: list[Step] = []
     sel = loc = 0.0
     overhead: dict[str, float] = {}
@@ -230,11 +197,7 @@ def estimate_cost(plan: Plan, analysis: Analysis, profile: Profile, nodes: int, 
         overhead[Role.SCHEDULERS.value] = round(o, 4)
         tp.append(k * max(0.0, 1 - o) / loc if loc > 0 else float("inf"))
     host = host_bound(steps, overhead, plan, profile, nodes, rate)
-    carried = host  # (above the bound, what an in-process plan delivers in time: less than the bound)
-    if rate is not None and shares and plan.architecture is Architecture.DECENTRALIZED:
-        delivered = in_process_goodput(host, rate, shares)
-        carried = host if delivered >= rate else delivered
-    return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp + [carried]), host_bound=host)
+    return Estimate(plan, tuple(steps), sel + loc, sel, loc, overhead, k, min(tp + [host]), host_bound=host)
 
 
 def ideal_plan(analysis: Analysis) -> LoweredPlan:

@@ -35,8 +35,7 @@ import numpy as np
 
 from ray_adaptive.compiler.choice import Choice, choose, undecided
 from ray_adaptive.compiler.cluster import ClusterShape, cluster_shape
-from ray_adaptive.compiler.estimates import (Estimate, effective_parallelism, estimate_cost, estimate_quality,
-                                              home_shares)
+from ray_adaptive.compiler.estimates import Estimate, effective_parallelism, estimate_cost, estimate_quality
 from ray_adaptive.compiler.enumeration import Excluded, PlanSpace, enumerate_plans
 from ray_adaptive.compiler.profile import Profile, measure_units
 from ray_adaptive.compiler.analysis import Analysis, analyze
@@ -414,8 +413,7 @@ def _compile(policy, rate, trace, shape: ClusterShape, profile, measure, space, 
         profile = measured_profile(analysis, scenario, profile)
     shares: dict = {}
     estimates = [estimate_cost(p, analysis, profile, len(scenario.nodes),
-                               effective_parallelism(p, scenario, len(scenario.nodes), shares), rate=offered,
-                               shares=home_shares(p, scenario, len(scenario.nodes), shares))
+                               effective_parallelism(p, scenario, len(scenario.nodes), shares), rate=offered)
                  for p in plans]
     limit = policy.limit if limit is None else limit
     warm = dataclasses.replace(size, warm_s=min(size.warm_s, _end_of(scenario) / 3)) if len(scenario.tasks) < size.tasks \

@@ -14,6 +14,18 @@ decision scores *rows* of the queue, not every task:
 * **FIFO** (the hybrid's placement schedulers): tasks in the order received;
   a decision scores the first.
 
+**Newest first under a backlog** (``newest_first``, grouped queues only; the
+runtime's in-process deciders): a group whose oldest task has waited more than
+that fraction of its deadline's span has its *newest* task as its row (adaptive
+LIFO). A process offered more than its share of a saturated host serves an
+oldest-first backlog at its deadline's edge: each task is placed just in time
+and starts late on Ray's launch path, so the process delivers nearly nothing in
+time (issue 37: under a tenth of what it placed, steady state). Newest first, what it
+places has most of its deadline left, and what it cannot reach expires at the
+group's head as before. Tasks of a group score alike, so which of them goes
+first changes no decision of the policy; a group without deadlines stays
+oldest first (waiting costs it nothing).
+
 Tasks are anything with ``id`` and ``arrival`` (and ``deadline`` when the
 queue tracks deadlines: the runtime's, whose deadlines are checked at
 decision time; the simulator drops late tasks with timeout events instead).
@@ -46,7 +58,10 @@ def _order(t) -> tuple:
 class PendingQueue:
     """Pending tasks, ordered by (arrival, id) within groups, or FIFO (see the module doc)."""
 
-    def __init__(self, key: Optional[Callable[[Any], Any]] = None, fifo: bool = False, deadlines: bool = False):
+    def __init__(self, key: Optional[Callable[[Any], Any]] = None, fifo: bool = False, deadlines: bool = False,
+                 newest_first: Optional[float] = None):
+        if newest_first is not None and not 0.0 <= newest_first <= 1.0:
+            raise ValueError(f"newest_first must be a fraction of a deadline's span in [0, 1], found {newest_first!r}")
         self._fifo: Optional[Deque] = deque() if fifo else None
         self._grouped = key is not None and not fifo
         self._key: Callable[[Any], Any] = key if key is not None and self._grouped else (lambda t: _UNGROUPED)
@@ -54,6 +69,8 @@ class PendingQueue:
         self._deadlines = deadlines
         self.ids: set = set()  # of every pending task
         self.timed = False  # some task came with a finite deadline
+        self.newest_first = newest_first if self._grouped else None
+        self.now = -math.inf  # the clock of the last decision (see at()): a backlog is judged at it
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -105,9 +122,25 @@ class PendingQueue:
                 return []
             keys, tasks = entry
             return list(tasks) if upto == math.inf else tasks[:bisect.bisect_right(keys, (upto, "\U0010ffff"))]
-        heads = [tasks[0] for keys, tasks in self._groups.values() if keys[0][0] <= upto]
+        heads = [self._row(keys, tasks, upto) for keys, tasks in self._groups.values() if keys[0][0] <= upto]
         heads.sort(key=_order)
         return heads
+
+    def at(self, now: float) -> None:
+        """The time of the decision about to be made: which groups are backlogged is judged at it."""
+        self.now = now
+
+    def _backlogged(self, tasks: List) -> bool:
+        """Whether a group (its tasks oldest first) serves its newest first: see the module doc."""
+        head = tasks[0]
+        if self.newest_first is None or len(tasks) < 2 or not head.deadline < math.inf:
+            return False
+        return self.now - head.arrival > self.newest_first * (head.deadline - head.arrival)
+
+    def _row(self, keys: List[tuple], tasks: List, upto: float = math.inf):
+        if not self._backlogged(tasks):
+            return tasks[0]
+        return tasks[-1] if upto == math.inf else tasks[bisect.bisect_right(keys, (upto, "\U0010ffff")) - 1]
 
     def take(self, task, row: int) -> None:
         """Remove ``task``, row ``row`` of the last :meth:`rows`."""
@@ -117,7 +150,7 @@ class PendingQueue:
             return
         k = self._key(task)
         keys, tasks = self._groups[k]
-        i = 0 if self._grouped else row
+        i = row if not self._grouped else (0 if tasks[0] is task else bisect.bisect_left(keys, (task.arrival, task.id)))
         del keys[i], tasks[i]
         if not tasks:
             del self._groups[k]
@@ -133,8 +166,9 @@ class PendingQueue:
         """How many tasks of ``task``'s group are before it (0: it is its group's row)."""
         if not self._grouped:
             return 0
-        keys, _ = self._groups[self._key(task)]
-        return bisect.bisect_left(keys, (task.arrival, task.id))
+        keys, tasks = self._groups[self._key(task)]
+        i = bisect.bisect_left(keys, (task.arrival, task.id))
+        return len(keys) - 1 - i if self._backlogged(tasks) else i
 
     def row_of(self, task, rows: List) -> Optional[int]:
         """The index in ``rows`` of the row that stands for ``task`` (its group's head), or None."""

@@ -67,15 +67,17 @@ class RoleSpec:
     wakes_on_room: bool = True  # finding no room in its view, it tries again when a slot frees (else: at its
     #                             next heartbeat, or when a task it forwarded finishes)
 
-    def scheduler(self, nodes: Sequence[NodeState], seed: int = 0, records: int = 0) -> Scheduler:
+    def scheduler(self, nodes: Sequence[NodeState], seed: int = 0, records: int = 0,
+                  newest_first: Optional[float] = None) -> Scheduler:
         """This role's scheduler over the cluster's nodes (each seen afresh: see :meth:`NodeState.fresh`),
-        keeping its last ``records`` decisions (see :mod:`ray_adaptive.plan.explain`)."""
+        keeping its last ``records`` decisions (see :mod:`ray_adaptive.plan.explain`); ``newest_first``:
+        see :mod:`ray_adaptive.plan.queue`."""
         views = [n.fresh() for n in nodes]
         if self.pool:
             views = [NodeState(POOL, 0, sum(n.executors for n in views), sum(n.queue for n in views), {})]
         return Scheduler(self.program, views, hooks=self.hooks, fifo=self.fifo, sample_d=self.sample_d,
                          merge=self.merge, seed=seed, num_nodes=len(nodes), split=self.split, records=records,
-                         overflow=self.overflow)
+                         overflow=self.overflow, newest_first=newest_first)
 
 
 def role_specs(plan: LoweredPlan, overflow: bool = False) -> Dict[Role, RoleSpec]:

@@ -144,13 +144,14 @@ class Scheduler:
     def __init__(self, program: Policy, nodes: Sequence[NodeState], *, hooks: bool = True, fifo: bool = False,
                  sample_d: int = 0, merge: Optional[Mapping[str, str]] = None, seed: int = 0, num_nodes: int = 0,
                  split: Optional[ScoreSplit] = None, queue: Optional[PendingQueue] = None, scoring=None,
-                 records: int = 0, overflow: bool = False):
+                 records: int = 0, overflow: bool = False, newest_first: Optional[float] = None):
         """``queue`` / ``scoring``: given by a host that groups and scores tasks its own way (the
         simulator: with the resource fit, group keys cached per task); by default, from ``program``.
         ``records``: how many recent decisions to keep, each with its scores on every candidate
         (see :mod:`ray_adaptive.plan.explain`); 0: none. ``overflow``: with no node having room,
         a task without a deadline is decided among every live node all the same, and waits in
-        Ray's queue behind its node's slot (see :mod:`ray_adaptive.plan.holding`)."""
+        Ray's queue behind its node's slot (see :mod:`ray_adaptive.plan.holding`). ``newest_first``: a
+        backlogged group of tasks with deadlines is served newest first (see :mod:`ray_adaptive.plan.queue`)."""
         self.interp = Interpreter(program, num_nodes=num_nodes or len(nodes))
         self.nodes = list(nodes)
         self.by_id = {n.id: n for n in self.nodes}
@@ -166,7 +167,7 @@ class Scheduler:
         # which nodes each task's Ray resources fit (None: nodes that carry no resources, the simulator's)
         self.fit = FitMasks(self.nodes) if any(n.resources for n in self.nodes) else None
         self.queue = queue if queue is not None else PendingQueue(_with_demand(row_key(program.score)), fifo=fifo,
-                                                                  deadlines=True)
+                                                                  deadlines=True, newest_first=newest_first)
         # (a split part's values are remembered by task group; a Score reading task.id: by task)
         self.scoring = scoring if scoring is not None else scoring_for(program, split, False,
                                                                        group_key(program.score) or (lambda t: t.id))
@@ -260,6 +261,7 @@ class Scheduler:
     def _decide(self, now: float) -> List[TaskState]:
         chosen = []
         start = time.perf_counter()
+        self.queue.at(now)
         while self.queue:
             if self.queue.timed:
                 late = self.queue.drop_late(now, self.slack)

@@ -32,13 +32,18 @@ class LocalDecider:
     # the store restarted without its share of State and its loads (see StoreClient), which it then pushes
     # again (its tasks may run for hours with nothing waiting here)
     IDLE_SYNC_S = 1.0
+    # a group of tasks whose oldest has waited half its deadline's span is served newest first: this process
+    # is behind, and what it places oldest first would start after its deadline (see plan.queue). A selector
+    # does not need it: it drops what its delivery slack says would arrive late (see runtime.delivery).
+    NEWEST_FIRST = 0.5
 
     def __init__(self, client: str, spec: RoleSpec, nodes: Sequence[NodeState], store: Actor, t0: float, generation: int = 0,
                  records: int = 0):
         self.client = client
         self._t0 = t0
         self._store = store
-        self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF, records=records)
+        self.sched = spec.scheduler(nodes, seed=hash(self.client) & 0xFFFF, records=records,
+                                    newest_first=self.NEWEST_FIRST)
         # a store round trip per decision batch ("probe", "store per decision") would put an actor
         # back in the launch path: a submitting process syncs at most every SYNC_FLOOR_S
         self._m = StoreClient(client, spec, self.sched, store, floor_s=self.SYNC_FLOOR_S, generation=generation)
