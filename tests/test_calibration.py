@@ -147,12 +147,18 @@ def test_a_fit_without_runs_or_a_saturated_host_is_refused(drf):
 
 def test_above_its_host_bound_every_plan_carries_its_bound(drf):
     """A decentralized plan's processes serve a backlog newest first (plan.queue), so above the host's bound
-    they deliver what they place in time, as a selector's plan does: the throughput is the bound."""
+    they deliver what they place in time, as a selector's plan does: the throughput is the bound. A selector
+    pays for every task offered, placed or not, so its plan's bound falls as the offer grows; a task a
+    submitting process never decides costs next to nothing, so the decentralized plan's bound holds."""
     a, plans = drf
+    bounds = {}
     for name in ("decentralized+sync 100ms", "centralized"):
         low, high = (estimate_cost(plans[name], a, HOST, NODES, rate=r) for r in (200.0, 900.0))
         assert low.host_bound > 200.0 and high.host_bound < 900.0, name
         assert high.throughput == pytest.approx(high.host_bound), name
+        bounds[name] = (low.host_bound, high.host_bound)
+    assert bounds["centralized"][1] < bounds["centralized"][0]
+    assert bounds["decentralized+sync 100ms"][1] == pytest.approx(bounds["decentralized+sync 100ms"][0])
 
 
 def test_the_compiler_prices_the_submitting_processes_of_its_trace_on_a_host(drf):
