@@ -50,9 +50,9 @@ idle 0.06, saturated 1.974; plain Ray at 206 and 1,180 tasks/s, each plan at 300
     ...         HostRun(d, 300, 300, 1.495), HostRun(d, 1178, 537, 1.993)]
     >>> p, active = fit_host(a, 4, runs, idle_cores=0.06, saturated_cores=1.974)
     >>> round(active, 2), round(p.host_cores, 2)
-    (0.52, 1.39)
+    (0.45, 1.46)
     >>> [round(getattr(p, k) * 1e3, 2) for k in ("task_cpu_s", "message_s", "receive_s", "in_process_s")]
-    [1.08, 1.1, 0.2, 0.34]
+    [1.15, 1.2, 0.2, 0.49]
 """
 
 from __future__ import annotations
