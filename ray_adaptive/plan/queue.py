@@ -70,7 +70,7 @@ class PendingQueue:
         self.ids: set = set()  # of every pending task
         self.timed = False  # some task came with a finite deadline
         self.newest_first = newest_first if self._grouped else None
-        self.now = -math.inf  # the clock of the last decision (see at()): a backlog is judged at it
+        self._now = -math.inf  # the clock of the last decision (see at()): a backlog is judged at it
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -128,14 +128,14 @@ class PendingQueue:
 
     def at(self, now: float) -> None:
         """The time of the decision about to be made: which groups are backlogged is judged at it."""
-        self.now = now
+        self._now = now
 
     def _backlogged(self, tasks: List) -> bool:
         """Whether a group (its tasks oldest first) serves its newest first: see the module doc."""
         head = tasks[0]
         if self.newest_first is None or len(tasks) < 2 or not head.deadline < math.inf:
             return False
-        return self.now - head.arrival > self.newest_first * (head.deadline - head.arrival)
+        return self._now - head.arrival > self.newest_first * (head.deadline - head.arrival)
 
     def _row(self, keys: List[tuple], tasks: List, upto: float = math.inf):
         if not self._backlogged(tasks):
