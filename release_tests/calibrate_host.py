@@ -24,8 +24,8 @@ scheduler_bound). This script measures what the model of that needs
    execution bound)``), beside the measured figure -- the ``--check`` rates are
    held out of the fit: those rows are predictions. ``error_calibrated`` is
    against the tasks placed in time (what the fit prices), ``error_goodput``
-   against those started in time: above its host bound a decentralized
-   plan's estimate is the second (:func:`~ray_adaptive.compiler.estimates.in_process_goodput`).
+   against those started in time (above its host bound every plan's estimate
+   is its bound: see ``docs/compiler.md``).
 
 With ``--repeats N`` each plan runs N times at each rate, interleaved: the
 fit and each row take the median of each figure (one run on this shared
