@@ -1,5 +1,6 @@
 """The plan's Scheduler, free of Ray: decisions on grouped pending queues are the full matrix's."""
 
+import math
 import random
 
 import pytest
@@ -211,3 +212,17 @@ def test_newest_first_only_past_the_fraction_and_validated():
     assert [t.id for t in sched.decide(0.4)] == ["a0", "b0"]  # a0 waited 0.4 of 1 s: oldest first still
     with pytest.raises(ValueError, match="newest_first.*1.5"):
         PendingQueue(lambda t: t, newest_first=1.5)
+
+
+def test_a_backlog_whose_newest_task_has_no_deadline_stays_oldest_first():
+    """Newest first serves a timed backlog's freshest task; a newest task without a deadline would gain
+    nothing by going first, and take the room of the timed tasks behind the head."""
+    from types import SimpleNamespace as T
+
+    q = PendingQueue(lambda t: t.tenant, deadlines=True, newest_first=0.5)
+    for i in range(3):
+        q.add(T(id=f"a{i}", arrival=0.1 * i, deadline=0.1 * i + 1.0, tenant="a"))
+    q.at(0.7)  # a0 waited 0.7 of its 1 s
+    assert [t.id for t in q.rows()] == ["a2"]
+    q.add(T(id="a3", arrival=0.3, deadline=math.inf, tenant="a"))
+    assert [t.id for t in q.rows()] == ["a0"] and q.position(q.rows()[0]) == 0

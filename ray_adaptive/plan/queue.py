@@ -24,7 +24,8 @@ time (issue 37: under a tenth of what it placed, steady state). Newest first, wh
 places has most of its deadline left, and what it cannot reach expires at the
 group's head as before. Tasks of a group score alike, so which of them goes
 first changes no decision of the policy; a group without deadlines stays
-oldest first (waiting costs it nothing).
+oldest first (waiting costs it nothing), as does a group whose newest task
+has none.
 
 Tasks are anything with ``id`` and ``arrival`` (and ``deadline`` when the
 queue tracks deadlines: the runtime's, whose deadlines are checked at
@@ -133,7 +134,9 @@ class PendingQueue:
     def _backlogged(self, tasks: List) -> bool:
         """Whether a group (its tasks oldest first) serves its newest first: see the module doc."""
         head = tasks[0]
-        if self.newest_first is None or len(tasks) < 2 or not head.deadline < math.inf:
+        # both ends timed: a group whose newest task has no deadline keeps its order (waiting costs that
+        # task nothing, and served first it would take the room of the timed ones behind the head)
+        if self.newest_first is None or len(tasks) < 2 or head.deadline == math.inf or tasks[-1].deadline == math.inf:
             return False
         return self._now - head.arrival > self.newest_first * (head.deadline - head.arrival)
 
