@@ -86,6 +86,17 @@ def _median(values: List[float]) -> float:
     return v[len(v) // 2] if len(v) % 2 else round((v[len(v) // 2 - 1] + v[len(v) // 2]) / 2, 3)
 
 
+def _agreement(rows: List[dict]) -> dict:
+    """How the calibrated estimates agree with the plans' runs: the points within 15% of their median, the
+    points whose runs straddle the estimate, and the widest spread of a point's runs (max / min - 1)."""
+    judged = [r for r in rows if r.get("error_calibrated") is not None]
+    spread = [max(r["placed_runs"]) / min(r["placed_runs"]) - 1 for r in judged if min(r["placed_runs"]) > 0]
+    return {"points": len(judged), "within_15pct": sum(abs(r["error_calibrated"]) <= 0.15 for r in judged),
+            "within_runs": sum(r["within_runs"] for r in judged),
+            "within_15pct_or_runs": sum(abs(r["error_calibrated"]) <= 0.15 or r["within_runs"] for r in judged),
+            "widest_spread": round(max(spread), 3) if spread else None}
+
+
 def _by_point(rows: List[dict]) -> Dict[tuple, List[dict]]:
     """The runs of each (plan, rate), in the order of their first run."""
     out: Dict[tuple, List[dict]] = {}
@@ -199,9 +210,13 @@ def main() -> None:
             row.update(est_calibrated=round(est, 1), est_default=round(est0, 1),
                        error_calibrated=round(est / row["placed"] - 1, 3) if row["placed"] else None,
                        error_default=round(est0 / row["placed"] - 1, 3) if row["placed"] else None,
-                       error_goodput=round(est / row["goodput"] - 1, 3) if row["goodput"] else None)
+                       error_goodput=round(est / row["goodput"] - 1, 3) if row["goodput"] else None,
+                       # a miss is noise when the point's own runs straddle the estimate
+                       within_runs=min(row["placed_runs"]) <= est <= max(row["placed_runs"]))
         figures["rows"].append(row)
         print(row, flush=True)
+    figures["agreement"] = _agreement(figures["rows"])
+    print("agreement:", figures["agreement"], flush=True)
     figures["wall_s"] = round(time.monotonic() - started, 1)
     figures["default_profile"] = {k: v for k, v in Profile().as_dict().items() if k != "unit_s"}
     if args.profile_out:

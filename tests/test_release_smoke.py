@@ -170,6 +170,10 @@ def _calibrate_host(d):
     assert held_out and all(r["rate"] in d["check_rates"] and r["plan"] == "centralized" for r in held_out), d
     assert all(r["error_calibrated"] is not None for r in fitted if r["plan"] != "plain"), d["rows"]
     assert all(r["runs"] == d["repeats"] == len(r["placed_runs"]) for r in d["rows"]), d["rows"]
+    a = d["agreement"]  # (every plan's point is judged: within 15%, or straddled by its own runs)
+    assert a["points"] == len([r for r in d["rows"] if r["plan"] != "plain"]) > 0, (a, d["rows"])
+    assert a["within_15pct_or_runs"] == sum(abs(r["error_calibrated"]) <= 0.15 or r["within_runs"]
+                                             for r in d["rows"] if r["plan"] != "plain"), a
     for r in held_out:
         assert r["placed"] < 0.8 * r["offered"], r  # (above the knee: it is the ceiling that is predicted)
         assert abs(r["error_calibrated"]) <= 0.25, r
