@@ -110,3 +110,28 @@ def test_long_tasks_are_recorded_while_they_run(tmp_path):
     m.finished(10.0, [TaskSpec("actor0", 2.0, 7.5, fields={"tenant": "b"})])  # its end
     assert m.running() == [] and m.snapshot()["running_long"] == 0
     assert [(t.id, t.duration) for t in m.records()][-1] == ("actor0", 7.5)
+
+
+def test_a_finished_task_kept_adds_nothing_the_garbage_collector_tracks():
+    """A process keeps up to 100,000 finished tasks: as objects, every full collection scanned them all,
+    stopping the process -- its scheduler's callers too (monitor.records). Kept as plain values, what the
+    collector tracks does not grow with the records, and each reads back as it was given."""
+    import gc
+
+    m = Monitor("p", group_by="tenant", keep=20_000)
+    fields = {"tenant": "a", "resource_vec": [0.1, 0.2]}  # (one .options() call: shared by its tasks)
+    spec = lambda i: TaskSpec(f"t{i}", 0.001 * i, 0.002, 1.0, fields, submitter="a/0", preemptible=i % 2 == 0)  # noqa: E731
+    m.finished(0.5, [spec(i) for i in range(100)])
+
+    def tracked() -> int:  # (a collection untracks a tuple of untracked values, one level of nesting each)
+        for _ in range(4):
+            gc.collect()
+        return len(gc.get_objects())
+
+    before = tracked()
+    for k in range(1, 100):
+        m.finished(0.5 + k, [spec(100 * k + i) for i in range(100)])
+    assert tracked() - before < 100  # (as TaskSpecs: 2 per task, 19,800 more)
+    got = m.records(since=9.9)
+    assert got == [spec(i) for i in range(9900, 10000)] and got[0].fields is fields
+    assert m.snapshot()["finished"] == 10_000

@@ -42,6 +42,7 @@ from collections import defaultdict, deque
 from dataclasses import replace
 from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ray_adaptive.monitor.records import FinishedRecords
 from ray_adaptive.workload.specs import TaskSpec
 
 __all__ = ["Monitor", "percentiles"]
@@ -90,7 +91,7 @@ class Monitor:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.policy_name = policy_name
         self.group_by = group_by
-        self._done: Deque[Tuple[float, TaskSpec]] = deque(maxlen=keep)  # (finished at, the task as it ran)
+        self._done = FinishedRecords(keep)  # each with the time it finished, the task as it ran
         self._arrivals: Deque[tuple] = deque(maxlen=keep)  # (time, group)
         self._counts = {"arrivals": 0, "finished": 0, "duration_s": 0.0}  # cumulative: see load()
         self._groups: Dict[str, List[int]] = defaultdict(lambda: [0, 0, 0, 0])  # arrivals, decided, finished, dropped
@@ -147,7 +148,7 @@ class Monitor:
             if self._running:
                 for t in tasks:
                     self._running.pop(t.id, None)
-            self._done.extend((at, t) for t in tasks)
+            self._done.extend(at, tasks)
             self._counts["finished"] += len(tasks)
             self._counts["duration_s"] += duration
             for group in groups:
@@ -229,9 +230,8 @@ class Monitor:
         tasks that arrived then or later, and the running ones that arrived before as if they arrived at
         ``since`` -- a replay of the window from ``since`` has them hold their room from its start."""
         with self._lock:
-            done = [t for _, t in self._done]
-        if since is not None:
-            done = [t for t in done if t.arrival >= since]
+            kept = self._done.copy(since)
+        done = kept.specs()  # (outside the lock: the router's finished() does not wait for it)
         return done + self._live(since) if running else done
 
     def snapshot(self, router=None, window_s: Optional[float] = None) -> dict:
@@ -239,12 +239,12 @@ class Monitor:
         with self._lock:
             if window_s is None or not self._arrivals:
                 arrivals = list(self._arrivals)
-                done = [d for _, d in self._done]
+                kept = self._done.copy()
             else:  # from the newest back, not a copy of up to ``keep`` records (every metrics period)
                 since = self._arrivals[-1][0] - window_s  # (arrivals and finishes are appended in time order)
                 arrivals = list(itertools.takewhile(lambda a: a[0] >= since, reversed(self._arrivals)))[::-1]
-                done = [d for at, d in itertools.takewhile(lambda d: d[0] >= since, reversed(self._done))
-                        if d.arrival >= since][::-1]
+                kept = self._done.copy(since, finished_since=since)
+        done = kept.specs()
         arrivals.sort()  # (appended in time order: linear)
         # one pass over each list, not one per group: this runs every metrics period on the
         # router's thread, over up to ``keep`` records
