@@ -45,6 +45,30 @@ def _p50_p99(rows) -> dict:
     return {k: [round(1e3 * _pct([r[k] for r in rows if k in r], q), 1) for q in (0.5, 0.99)] for k in keys}
 
 
+class _GcTrace:
+    """This process's garbage collections (``--gc-trace``): (generation, monotonic start, seconds). The
+    monotonic clock is the machine's, so a process's collections line up with the coordinator's switches."""
+
+    def __init__(self):
+        import gc
+
+        self.events, self._start = [], None
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase, info):
+        if phase == "start":
+            self._start = time.monotonic()
+        elif self._start is not None:
+            self.events.append((info["generation"], self._start, time.monotonic() - self._start))
+            self._start = None
+
+
+def _gc_in(events, start: float, end: float) -> dict:
+    """Of ``events`` (a _GcTrace's), the seconds collected between ``start`` and ``end``, and the longest."""
+    inside = [d for _, t, d in events if t < end and t + d > start]
+    return {"gc_s": sum(inside), "gc_max_s": max(inside, default=0.0), "collections": len(inside)}
+
+
 def _submitter_cls():
     import ray
 
@@ -52,8 +76,9 @@ def _submitter_cls():
 
     @ray.remote(num_cpus=0, max_concurrency=2)
     class Submitter:
-        def __init__(self):
+        def __init__(self, gc_trace=False):
             self.stopped = threading.Event()
+            self.gc = _GcTrace() if gc_trace else None
 
         def run(self, tenant):
             @ray.remote(num_cpus=1)
@@ -80,6 +105,9 @@ def _submitter_cls():
         def dispatched(self):
             return ra.runtime_of("drf_lb").stats()["dispatched"]
 
+        def gc_events(self):
+            return self.gc.events if self.gc else []
+
     return Submitter
 
 
@@ -99,7 +127,7 @@ def _warm_up(rt, subs, decisions: int = 300, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"warm-up: the processes dispatched {done} tasks in {timeout_s:g} s")
 
 
-def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
+def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False) -> dict:
     import ray
 
     import ray_adaptive as ra
@@ -111,9 +139,10 @@ def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
         time.sleep(0.005)
 
     out = {}
+    driver_gc = _GcTrace() if gc_trace else None
     for a, b in pairs:
         rt = ra.start("drf_lb", plan=a, executors=2, queue=2)
-        subs = [Submitter.remote() for _ in range(2)]
+        subs = [Submitter.remote(gc_trace) for _ in range(2)]
         runs = [s.run.remote(t) for s, t in zip(subs, "bc")]
         fn = ra.policy("drf_lb")(short).options(task={"tenant": "a", "resource_vec": VEC})
         stop = threading.Event()
@@ -133,9 +162,12 @@ def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
         gens = {f"{a}->{b}": [], f"{b}->{a}": []}
         freeze = {k: [] for k in gens}
         steps = {k: [] for k in gens}
+        spans = {}  # generation -> (monotonic) the switch's call, start and end
         for i in range(2 * n):
             frm, to = (a, b) if i % 2 == 0 else (b, a)
+            began = time.monotonic()
             entry = rt.switch(to)
+            spans[entry["generation"]] = (began, time.monotonic())
             gens[f"{frm}->{to}"].append(entry["generation"])
             freeze[f"{frm}->{to}"].append(entry["freeze_s"])
             steps[f"{frm}->{to}"].append(entry["freeze_steps_s"])
@@ -144,23 +176,28 @@ def switches(pairs, n: int, interval_s: float = 2.0) -> dict:
         loader.join()
         got = [(rt.pauses(), rt.pause_parts()), *ray.get([s.pauses.remote() for s in subs])]
         pauses, parts = [p for p, _ in got], [q for _, q in got]
+        gc_events = [driver_gc.events, *ray.get([s.gc_events.remote() for s in subs])] if gc_trace else None
         for s in subs:
             s.stop.remote()
         ray.get(runs)
         for key, generations in gens.items():
             seen = [p[g] for p in pauses for g in generations if g in p]
             split = [{**q[g], "generation": g, "process": i} for i, q in enumerate(parts) for g in generations if g in q]
+            if gc_events is not None:  # each pause's process: what it collected from its idle start to 0.3 s on
+                for x in split:
+                    began, ended = spans[x["generation"]]
+                    x.update(_gc_in(gc_events[x["process"]], began - x["idle"], ended + x["after"] + 0.3))
             own = [x["frozen"] + x["after"] for x in split]  # the switch's own part: from the freeze on
             out[key] = {"switches": len(generations), "samples": len(seen),
                         "own_p50_ms": round(1e3 * _pct(own, 0.5), 1), "own_p99_ms": round(1e3 * _pct(own, 0.99), 1),
                         "pauses_ms": sorted(round(1e3 * x, 1) for x in seen),
-                        "parts_ms": [{k: v if k in ("generation", "process") else round(1e3 * v, 1)
+                        "parts_ms": [{k: v if k in ("generation", "process", "collections") else round(1e3 * v, 1)
                                       for k, v in x.items()} for x in split],
                         "pause_p50_ms": round(1e3 * _pct(seen, 0.5), 1), "pause_p99_ms": round(1e3 * _pct(seen, 0.99), 1),
                         "pause_max_ms": round(1e3 * max(seen), 1),
                         "freeze_p50_ms": round(1e3 * statistics.median(freeze[key]), 1),
                         # where the pauses and the freezes went, part by part: p50 / p99 (ms)
-                        "parts_pct_ms": _p50_p99([{k: v for k, v in x.items() if k not in ("generation", "process")}
+                        "parts_pct_ms": _p50_p99([{k: v for k, v in x.items() if k not in ("generation", "process", "collections")}
                                                   for x in split]),
                         "freeze_steps_pct_ms": _p50_p99(steps[key])}
             print(f"{key:>28}: pause p50 {out[key]['pause_p50_ms']} ms, p99 {out[key]['pause_p99_ms']} ms "
@@ -217,6 +254,8 @@ def main() -> None:
                     help="seconds under each plan before the next switch (see the module doc)")
     ap.add_argument("--pairs", default=None, help="only these pairs, e.g. centralized-decentralized,decentralized-hybrid (none: the adaptive figure only)")
     ap.add_argument("--no-adaptive", action="store_true", help="switch pauses only")
+    ap.add_argument("--gc-trace", action="store_true",
+                    help="record each submitting process's garbage collections beside its pauses (parts_ms: gc_s)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     pairs = PAIRS if not args.pairs else [] if args.pairs == "none" else [tuple(p.split("-")) for p in args.pairs.split(",")]
@@ -228,7 +267,7 @@ def main() -> None:
         if args.smoke_test:
             result = {"switches": switches(PAIRS[:1], 1), "adaptive": adaptive_overhead(300, 1)}
         else:
-            result = {"switches": switches(pairs, args.switches, args.interval)}
+            result = {"switches": switches(pairs, args.switches, args.interval, args.gc_trace)}
             if not args.no_adaptive:
                 result["adaptive"] = adaptive_overhead(3000, 5)
     result["date"] = time.strftime("%Y-%m-%d")
