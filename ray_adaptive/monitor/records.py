@@ -44,17 +44,18 @@ __all__ = ["FinishedRecords", "Kept", "CHUNK"]
 
 CHUNK = 1024  # records sealed into one tuple (the open chunk, a list, is what a collection still scans)
 
-# a record: (finished at, id, arrival, duration, timeout, fields' number, resources' items, submitter,
-# preemptible)
+# a record: (finished at, id, arrival, duration, timeout, its fields' key in the table, resources' items,
+# submitter, preemptible)
 _AT, _ARRIVAL, _FIELDS = 0, 2, 5
 
 
 def _frozen(value):
-    """``value`` as a hashable of the same content: lists and tuples as tuples, dicts as sorted items."""
-    if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
+    """``value`` as a hashable of the same content: a list, tuple or dict as a tuple of its items (a
+    dict's sorted), after a mark of its kind (a list and a tuple of the same items are not equal)."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+        return ("{", *sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("[" if isinstance(value, list) else "(", *(_frozen(v) for v in value))
     hash(value)  # (TypeError: not to be keyed by content)
     return value
 
