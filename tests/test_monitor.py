@@ -120,7 +120,9 @@ def test_a_finished_task_kept_adds_nothing_the_garbage_collector_tracks():
 
     m = Monitor("p", group_by="tenant", keep=20_000)
     fields = {"tenant": "a", "resource_vec": [0.1, 0.2]}  # (one .options() call: shared by its tasks)
-    spec = lambda i: TaskSpec(f"t{i}", 0.001 * i, 0.002, 1.0, fields, submitter="a/0", preemptible=i % 2 == 0)  # noqa: E731
+    def spec(i):
+        return TaskSpec(f"t{i}", 0.001 * i, 0.002, 1.0, fields, submitter="a/0", preemptible=i % 2 == 0)
+
     m.finished(0.5, [spec(i) for i in range(100)])
 
     def tracked() -> int:  # (a collection untracks a tuple of untracked values, one level of nesting each)
@@ -135,3 +137,34 @@ def test_a_finished_task_kept_adds_nothing_the_garbage_collector_tracks():
     got = m.records(since=9.9)
     assert got == [spec(i) for i in range(9900, 10000)] and got[0].fields is fields
     assert m.snapshot()["finished"] == 10_000
+
+
+def test_kept_records_read_back_as_a_deque_of_the_last_keep_would():
+    """FinishedRecords against the plain deque it replaces, across its chunk edges (keep 1, 1,023-1,025,
+    3,000; batches of 0 to 2,100): every read, the fields dicts' table holding exactly what is kept."""
+    import collections
+    import random
+
+    from ray_adaptive.monitor.records import FinishedRecords
+
+    rng = random.Random(2)
+    shared = [{"tenant": "a", "v": [1, 2]}, {"tenant": "b"}, {}, {"x": {1, 2}}, {"v": (1, 2)}]
+    for keep in (1, 5, 1023, 1024, 1025, 3000):
+        kept, ref, i, at = FinishedRecords(keep), collections.deque(maxlen=keep), 0, 0.0
+        for _ in range(12):
+            at += 1.0
+            tasks = []
+            for _ in range(rng.choice([0, 1, 3, 500, 1024, 2100])):
+                f = rng.choice(shared)
+                tasks.append(TaskSpec(f"t{i}", rng.random() * at, 0.1, 1.0, dict(f) if rng.random() < 0.3 else f,
+                                      {"CPU": 1.0} if i % 3 == 0 else {}, "s/0", i % 2 == 0))
+                i += 1
+            kept.extend(at, tasks)
+            ref.extend((at, t) for t in tasks)
+            since, finished_since = rng.random() * at, at - rng.choice([0, 1, 2])
+            assert len(kept) == len(ref) and kept.copy().specs() == [t for _, t in ref]
+            assert kept.copy(since).specs() == [t for _, t in ref if t.arrival >= since]
+            newest = [t for a, t in ref if a >= finished_since and t.arrival >= since]
+            assert kept.copy(since, finished_since).specs() == newest
+        uses = collections.Counter(record[5] for record in kept._records())
+        assert {k: e[1] for k, e in kept._fields.items()} == dict(uses), keep
