@@ -120,6 +120,7 @@ def test_a_finished_task_kept_adds_nothing_the_garbage_collector_tracks():
 
     m = Monitor("p", group_by="tenant", keep=20_000)
     fields = {"tenant": "a", "resource_vec": [0.1, 0.2]}  # (one .options() call: shared by its tasks)
+
     def spec(i):
         return TaskSpec(f"t{i}", 0.001 * i, 0.002, 1.0, fields, submitter="a/0", preemptible=i % 2 == 0)
 
