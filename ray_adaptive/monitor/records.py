@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ray_adaptive.workload.specs import TaskSpec
 
 __all__ = ["FinishedRecords", "Kept", "CHUNK"]
 
 CHUNK = 1024  # records sealed into one tuple (the open chunk, a list, is what a collection still scans)
+_SEEN = 256  # fields dicts whose content key is remembered by identity
 
 # a record: (finished at, id, arrival, duration, timeout, its fields' key in the table, resources' items,
 # submitter, preemptible)
@@ -82,15 +83,24 @@ class FinishedRecords:
         self._count = 0
         # a fields dict's content (see _content) -> [the first dict seen with it, how many kept records use it]
         self._fields: Dict[tuple, list] = {}
+        # id of a fields dict seen lately -> (the dict, its content key): the tasks of one .options() call
+        # share their dict, so the router's harvest path keys it once, not once per task (3 us each). The
+        # dict is held, so its id is not another's meanwhile; cleared past _SEEN entries.
+        self._seen: Dict[int, Tuple[dict, tuple]] = {}
 
     def __len__(self) -> int:
         return self._count
 
     def extend(self, at: float, tasks: Sequence[TaskSpec]) -> None:
         """``tasks`` finished at ``at``; the oldest records past ``keep`` are dropped."""
-        table = self._fields
+        table, seen = self._fields, self._seen
         for t in tasks:
-            key = _content(t.fields)
+            hit = seen.get(id(t.fields))
+            if hit is None:
+                if len(seen) >= _SEEN:
+                    seen.clear()
+                hit = seen[id(t.fields)] = (t.fields, _content(t.fields))
+            key = hit[1]
             entry = table.get(key)
             if entry is None:
                 entry = table[key] = [t.fields, 0, key]
