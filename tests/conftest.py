@@ -12,14 +12,30 @@ The cluster lives in its own temp dir and runs with metrics collection off
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 NUM_NODES = 4
 CPUS_PER_NODE = 2
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Compile the repository's packages to bytecode once, when this interpreter writes none
+    (``PYTHONDONTWRITEBYTECODE``, set in many CI images and on this project's machine). The session
+    starts about a thousand Ray worker processes -- every actor is one -- and subprocess drivers, and
+    each would otherwise compile every ray-adaptive module it imports from source: ~0.3 s of CPU a
+    process, a fifth of test_switch's CPU time (docs/benchmarks.md, CI). Python still reads a
+    ``.pyc`` whose source changed as stale and compiles that module in memory."""
+    if sys.dont_write_bytecode:
+        for package in ("ray_adaptive", "esl", "tests"):
+            compileall.compile_dir(ROOT / package, quiet=1)
 
 
 def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message="", until=None):
