@@ -69,6 +69,39 @@ def _gc_in(events, start: float, end: float) -> dict:
     return {"gc_s": sum(inside), "gc_max_s": max(inside, default=0.0), "collections": len(inside)}
 
 
+class _Probe:
+    """``--probe``: a round trip to the state store (an empty call) every ``every_s`` from the driver, the
+    coordinator's process, while it switches: (monotonic start, seconds). A switch's pause is made of such
+    hops -- the announce reaching each process, its ack, the publish -- so their tail under the same load
+    is what any protocol of round trips pays."""
+
+    def __init__(self, store, every_s: float = 0.02):
+        self.samples, self._store, self._every = [], store, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import ray
+
+        while not self._stop.wait(self._every):
+            t = time.monotonic()
+            ray.get(self._store.ping.remote())
+            self.samples.append((t, time.monotonic() - t))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def split(self, spans) -> dict:
+        """p50 / p99 / max (ms) of the round trips that began inside a switch's call and of the others."""
+        inside = lambda t: any(a <= t <= b for a, b in spans)  # noqa: E731
+        parts = {"during": [d for t, d in self.samples if inside(t)],
+                 "between": [d for t, d in self.samples if not inside(t)]}
+        return {k: {"samples": len(v), "p50_ms": round(1e3 * _pct(v, 0.5), 2), "p99_ms": round(1e3 * _pct(v, 0.99), 2),
+                    "max_ms": round(1e3 * max(v), 2)} for k, v in parts.items() if v}
+
+
 def _submitter_cls():
     import ray
 
@@ -127,7 +160,9 @@ def _warm_up(rt, subs, decisions: int = 300, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"warm-up: the processes dispatched {done} tasks in {timeout_s:g} s")
 
 
-def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False) -> dict:
+def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False, probes: dict = None) -> dict:
+    """Per direction, the pauses (see the module doc). ``probes``: filled per pair with the store's round
+    trips from the driver meanwhile (see :class:`_Probe`)."""
     import ray
 
     import ray_adaptive as ra
@@ -159,6 +194,7 @@ def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False) -> 
         loader = threading.Thread(target=load)
         loader.start()
         _warm_up(rt, subs)
+        probe = _Probe(rt.topology.store) if probes is not None else None
         gens = {f"{a}->{b}": [], f"{b}->{a}": []}
         freeze = {k: [] for k in gens}
         steps = {k: [] for k in gens}
@@ -172,6 +208,11 @@ def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False) -> 
             freeze[f"{frm}->{to}"].append(entry["freeze_s"])
             steps[f"{frm}->{to}"].append(entry["freeze_steps_s"])
             time.sleep(interval_s)  # decisions under the new plan before the next switch
+        if probe is not None:
+            probe.stop()
+            probes[f"{a}-{b}"] = probe.split(list(spans.values()))
+            print(f"{'':>28}  the store's round trip from the driver, p50/p99 ms: "
+                  f"{ {k: (v['p50_ms'], v['p99_ms']) for k, v in probes[f'{a}-{b}'].items()} }", flush=True)
         stop.set()
         loader.join()
         got = [(rt.pauses(), rt.pause_parts()), *ray.get([s.pauses.remote() for s in subs])]
@@ -256,6 +297,8 @@ def main() -> None:
     ap.add_argument("--no-adaptive", action="store_true", help="switch pauses only")
     ap.add_argument("--gc-trace", action="store_true",
                     help="record each submitting process's garbage collections beside its pauses (parts_ms: gc_s)")
+    ap.add_argument("--probe", action="store_true",
+                    help="time a round trip to the state store every 20 ms from the driver meanwhile (\"probe\")")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     pairs = PAIRS if not args.pairs else [] if args.pairs == "none" else [tuple(p.split("-")) for p in args.pairs.split(",")]
@@ -267,7 +310,10 @@ def main() -> None:
         if args.smoke_test:
             result = {"switches": switches(PAIRS[:1], 1), "adaptive": adaptive_overhead(300, 1)}
         else:
-            result = {"switches": switches(pairs, args.switches, args.interval, args.gc_trace)}
+            probes = {} if args.probe else None
+            result = {"switches": switches(pairs, args.switches, args.interval, args.gc_trace, probes)}
+            if probes is not None:
+                result["probe"] = probes
             if not args.no_adaptive:
                 result["adaptive"] = adaptive_overhead(3000, 5)
     result["date"] = time.strftime("%Y-%m-%d")

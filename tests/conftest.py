@@ -27,15 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config):
-    """Compile the repository's packages to bytecode once, when this interpreter writes none
+    """Compile the repository's Python to bytecode once, when this interpreter writes none
     (``PYTHONDONTWRITEBYTECODE``, set in many CI images and on this project's machine). The session
-    starts about a thousand Ray worker processes -- every actor is one -- and subprocess drivers, and
-    each would otherwise compile every ray-adaptive module it imports from source: ~0.3 s of CPU a
-    process, a fifth of test_switch's CPU time (docs/benchmarks.md, CI). Python still reads a
+    starts Ray worker processes by the hundred -- every actor is one: 76 in test_switch alone -- and
+    subprocess drivers, and each would otherwise compile every ray-adaptive module it imports from
+    source: ~0.3 s of CPU a process, a fifth of test_switch's CPU time (docs/benchmarks.md, the test suite). Python still reads a
     ``.pyc`` whose source changed as stale and compiles that module in memory."""
     if sys.dont_write_bytecode:
-        for package in ("ray_adaptive", "esl", "tests"):
-            compileall.compile_dir(ROOT / package, quiet=1)
+        for folder in ("ray_adaptive", "esl", "tests", "release_tests", "examples"):
+            compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 def wait_for(predicate, timeout: float = 20.0, period: float = 0.02, message="", until=None):
