@@ -94,9 +94,13 @@ class _Probe:
         self._thread.join()
 
     def split(self, spans) -> dict:
-        """p50 / p99 / max (ms) of the round trips that began inside a switch's call and of the others."""
-        inside = lambda t: any(a <= t <= b for a, b in spans)  # noqa: E731
+        """p50 / p99 / max (ms) of the round trips that began inside a switch's call (``during``: its build
+        too), inside its freeze (``freeze``: the last ``freeze_s`` of the call, announce to publish), and of
+        the others (``between``). ``spans``: (start, end, freeze_s) of each switch's call."""
+        inside = lambda t: any(a <= t <= b for a, b, _ in spans)  # noqa: E731
+        frozen = lambda t: any(b - f <= t <= b for _, b, f in spans)  # noqa: E731
         parts = {"during": [d for t, d in self.samples if inside(t)],
+                 "freeze": [d for t, d in self.samples if frozen(t)],
                  "between": [d for t, d in self.samples if not inside(t)]}
         return {k: {"samples": len(v), "p50_ms": round(1e3 * _pct(v, 0.5), 2), "p99_ms": round(1e3 * _pct(v, 0.99), 2),
                     "max_ms": round(1e3 * max(v), 2)} for k, v in parts.items() if v}
@@ -210,7 +214,7 @@ def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False, pro
             time.sleep(interval_s)  # decisions under the new plan before the next switch
         if probe is not None:
             probe.stop()
-            probes[f"{a}-{b}"] = probe.split(list(spans.values()))
+            probes[f"{a}-{b}"] = probe.split([(*spans[g], f) for k in gens for g, f in zip(gens[k], freeze[k])])
             print(f"{'':>28}  the store's round trip from the driver, p50/p99 ms: "
                   f"{ {k: (v['p50_ms'], v['p99_ms']) for k, v in probes[f'{a}-{b}'].items()} }", flush=True)
         stop.set()
