@@ -164,7 +164,7 @@ def _warm_up(rt, subs, decisions: int = 300, timeout_s: float = 120.0) -> None:
     raise RuntimeError(f"warm-up: the processes dispatched {done} tasks in {timeout_s:g} s")
 
 
-def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False, probes: dict = None) -> dict:
+def switches(pairs, n: int, interval_s: float = 2.0, gc_trace: bool = False, probes: dict | None = None) -> dict:
     """Per direction, the pauses (see the module doc). ``probes``: filled per pair with the store's round
     trips from the driver meanwhile (see :class:`_Probe`)."""
     import ray
@@ -312,7 +312,9 @@ def main() -> None:
 
     with local_cluster(num_nodes=4, num_cpus=2):
         if args.smoke_test:
-            result = {"switches": switches(PAIRS[:1], 1), "adaptive": adaptive_overhead(300, 1)}
+            probes: dict = {}
+            result = {"switches": switches(PAIRS[:1], 1, probes=probes), "probe": probes,
+                      "adaptive": adaptive_overhead(300, 1)}
         else:
             probes = {} if args.probe else None
             result = {"switches": switches(pairs, args.switches, args.interval, args.gc_trace, probes)}

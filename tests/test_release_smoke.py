@@ -58,6 +58,11 @@ def _switch(d):
         assert set(v["freeze_steps_pct_ms"]) == {"acks", "collect", "publish"}, v
         assert {"idle", "frozen", "handing", "after"} <= set(v["parts_pct_ms"]), v
     assert _positive(d["adaptive"]["ratio_median"])
+    # the store's round trips timed beside the switches (--probe): some between them, at least
+    assert set(d["probe"]) == {"centralized-decentralized"}, d["probe"]  # (the smoke's one pair)
+    for split in d["probe"].values():
+        assert split["between"]["samples"] > 0 and _positive(split["between"]["p50_ms"]), split
+        assert all(v["p50_ms"] <= v["p99_ms"] <= v["max_ms"] for v in split.values()), split
 
 
 def _join(d):
