@@ -86,7 +86,7 @@ class _Probe:
 
         while not self._stop.wait(self._every):
             t = time.monotonic()
-            ray.get(self._store.ping.remote())
+            ray.get(self._store.ping.remote(), timeout=30)  # (a store that stopped answering ends the probe)
             self.samples.append((t, time.monotonic() - t))
 
     def stop(self) -> None:

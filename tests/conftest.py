@@ -31,8 +31,8 @@ def pytest_configure(config):
     (``PYTHONDONTWRITEBYTECODE``, set in many CI images and on this project's machine). The session
     starts Ray worker processes by the hundred -- every actor is one: 76 in test_switch alone -- and
     subprocess drivers, and each would otherwise compile every ray-adaptive module it imports from
-    source: ~0.3 s of CPU a process, a fifth of test_switch's CPU time (docs/benchmarks.md, the test suite). Python still reads a
-    ``.pyc`` whose source changed as stale and compiles that module in memory."""
+    source: ~0.3 s of CPU a process, a fifth of test_switch's CPU time (docs/benchmarks.md, the test
+    suite). Python still takes a ``.pyc`` whose source changed for stale and compiles that module."""
     if sys.dont_write_bytecode:
         for folder in ("ray_adaptive", "esl", "tests", "release_tests", "examples"):
             compileall.compile_dir(ROOT / folder, quiet=1)
