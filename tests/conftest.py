@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_configure(config):
     """Compile the repository's Python to bytecode once, when this interpreter writes none
     (``PYTHONDONTWRITEBYTECODE``, set in many CI images and on this project's machine). The session
-    starts Ray worker processes by the hundred -- every actor is one: 76 in test_switch alone -- and
+    starts many Ray worker processes -- every actor is one: 76 in test_switch alone -- and
     subprocess drivers, and each would otherwise compile every ray-adaptive module it imports from
     source: ~0.3 s of CPU a process, a fifth of test_switch's CPU time (docs/benchmarks.md, the test
     suite). Python still takes a ``.pyc`` whose source changed for stale and compiles that module."""

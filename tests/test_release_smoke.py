@@ -62,7 +62,6 @@ def _switch(d):
     assert set(d["probe"]) == {"centralized-decentralized"}, d["probe"]  # (the smoke's one pair)
     for split in d["probe"].values():
         assert split["between"]["samples"] > 0 and _positive(split["between"]["p50_ms"]), split
-        assert all(v["p50_ms"] <= v["p99_ms"] <= v["max_ms"] for v in split.values()), split
 
 
 def _join(d):
