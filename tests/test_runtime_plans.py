@@ -470,7 +470,9 @@ def test_hybrid_placements_see_every_node_as_taken_as_it_is(drf):
 
 
 
-@pytest.mark.parametrize("plan", ["centralized", "hybrid"])
+# (the hybrid's selector restarts as the centralized one does, and its placements must follow: CI runs the
+# hybrid, `-m slow` both)
+@pytest.mark.parametrize("plan", [pytest.param("centralized", marks=pytest.mark.slow), "hybrid"])
 def test_a_selector_that_dies_is_restarted_and_loses_no_task(drf, plan):
     """Killed mid-run with tasks pending and running there, the selector restarts empty; its
     clients send their undecided tasks again and hand back the running ones, whose OnDispatch
