@@ -111,7 +111,7 @@ def test_a_switch_waits_for_the_processes_registered_before_the_restart_until_th
     for the owner's rebuild of late processes until it registers again."""
     world.restart()
     world.store.join("owner", 0.0, "job-owner", "w-owner")
-    clients, _, _ = world.store.announce(1)
+    clients, _, _, _ = world.store.announce(1)
     assert clients == ["drv", "owner", "sub"]
     world.store.ack("owner", 1, {})
     assert world.store.wait_acks(1, clients, 0.0)[0] == ["drv", "sub"]

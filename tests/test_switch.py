@@ -325,12 +325,12 @@ def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_c
         assert status == [0, "preparing", incarnation, []] and news == {"next": configs[1]}
         store.prepared("a", 1)
         assert store.wait_prepared(1, ["a", "b"], 0.0) == ["b"]  # (the switch goes on without b's)
-        clients, _, _ = store.announce(1)
+        clients, _, _, _ = store.announce(1)
         assert clients == ["a", "b"]
         assert store.watch(0, "preparing", incarnation, 0.0, "a")[1:] == ("freezing", incarnation, [], None)
         store.ack("a", 1, {"outstanding": {"n1": 2}})
         store.ack("b", 1, {"outstanding": {"n1": 1, "n2": 3}})
-        assert store.wait_acks(1, clients, 0.0) == ([], incarnation)
+        assert store.wait_acks(1, clients, 0.0) == ([], incarnation, None)
         alloc = {"alloc": {"a": [0.2, 0.4, 0.2]}}
         store.publish(configs[1], alloc, merge)
         *status, news = store.watch(0, "freezing", incarnation, 0.0, "a")
@@ -338,5 +338,47 @@ def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_c
         seen = news["seen"]
         assert (seen.state, seen.others, seen.generation) == (alloc, {"n1": 1, "n2": 3}, 1)  # b's: a knows its own
         assert "handles" not in gcs_kv.get(store.durable_key(configs[1]))[0]  # (a restarted store: names)
+    finally:
+        store.forget_durable()
+
+
+def test_the_store_hands_the_state_over_in_the_call_that_sees_the_last_ack(ray_cluster):
+    """The store collects, installs and publishes itself once every process acked (no round trip through the
+    switching process); a call made again after its answer was lost learns what was published; a store
+    restarted since the acks publishes the next generation to be rebuilt from the processes' tasks."""
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.plan import LoweredPlan, Plan
+    from ray_adaptive.runtime.handover import Handover
+    from ray_adaptive.runtime.store import StateStore
+
+    plan = LoweredPlan(Plan("decentralized", "decentralized"), load_policy("drf_lb"))  # (no selector to call)
+    merge = {"alloc": "add"}
+    configs = [{"plan": plan, "t0": time.time(), "generation": g, "handles": None} for g in range(3)]
+    replicas = {"alloc": {"a": [0.2, 0.4, 0.2]}}  # (the replicas' merged State: the authority here)
+    store = StateStore(configs[0], replicas, merge)
+
+    def handover(g: int) -> Handover:
+        return Handover(config=configs[g], base={"alloc": {}, "since": g}, merge=merge, rebuild=False,
+                        old_selector=None, old_placements=[])
+
+    try:
+        for client in ("a", "b"):
+            store.join(client)
+        store.prepare(1, configs[1])
+        clients, incarnation, missing, done = store.announce(1, 0.0, handover(1))
+        assert missing == ["a", "b"] and done is None and store.config()["generation"] == 0  # (none acked yet)
+        store.ack("a", 1, {})
+        assert store.wait_acks(1, clients, 0.0, handover(1))[::2] == (["b"], None)
+        store.ack("b", 1, {})
+        missing, _, done = store.wait_acks(1, clients, 0.0, handover(1))
+        assert missing == [] and done["exact"] and done["acks_s"] >= 0 and done["install_s"] is None, done
+        assert (store.config()["generation"], store.config()["rebuild"]) == (1, False)
+        assert store.state() == {**replicas, "since": 1}  # the replicas' State, on the next plan's base
+        again = {"exact": True, "again": True}  # (its answer lost: the switch's call made again)
+        assert store.complete(1, incarnation, handover(1)) == again and store.announce(1, 0.0, handover(1))[3] == again
+        store.prepare(2, configs[2])
+        store.announce(2)
+        done = store.complete(2, "an incarnation that died", handover(2))  # (acked to a store that restarted)
+        assert not done["exact"] and store.config()["rebuild"] and store.state() == {"alloc": {}, "since": 2}
     finally:
         store.forget_durable()

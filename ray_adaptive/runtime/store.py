@@ -25,6 +25,7 @@ from ray_adaptive._private import gcs_kv
 from ray_adaptive.plan import RoleSpec, Scheduler
 from ray_adaptive.plan.replicas import copy_state, merge_into, same_state
 from ray_adaptive.runtime import tenancy
+from ray_adaptive.runtime.handover import Handover, assemble, freeze_authority, get_or_again
 from ray_adaptive.runtime.messages import SyncAnswer
 
 __all__ = ["StateStore", "StoreClient", "ping"]
@@ -40,8 +41,10 @@ class StateStore:
     * **Live switches** (see :mod:`ray_adaptive.runtime.switch`):
       ``announce(generation)`` asks every registered process to freeze;
       each *acks* once it has stopped deciding and handed over what it
-      holds; ``publish(...)`` installs the next generation -- its config,
-      its State, its merge rules -- and every process resumes under it.
+      holds; once every process acked, the store hands the State over
+      itself (:mod:`~ray_adaptive.runtime.handover`) and publishes the next
+      generation -- its config, its State, its merge rules -- and every
+      process resumes under it.
       ``watch(...)`` is how processes hear both: a long poll answered at
       once when the phase or generation differs from what the caller knows.
     * **Replicated State.** ``sync(member, delta, outstanding)``: merge a
@@ -90,6 +93,8 @@ class StateStore:
         self._next: Optional[dict] = None  # while switching: the config of the next generation
         self._ready: set = set()  # the processes that prepared for it
         self._acks: Dict[str, dict] = {}  # client -> what it handed over (for the generation announced)
+        self._announced_at = 0.0  # (monotonic) when the switch under way was announced
+        self._handing = False  # a handover is under way (one at a time: see complete)
         self._reports: Dict[str, dict] = {}
         self._info: dict = {}  # what the starting process tells operators (why this plan, switches, estimates)
         self._requests: Dict[str, List[tuple]] = {}  # client -> (request id, task id) to explain
@@ -295,22 +300,30 @@ class StateStore:
             self._cond.wait_for(lambda: not self._missing(clients, self._ready), timeout=timeout_s)
             return self._missing(clients, self._ready)
 
-    def announce(self, generation: int, wait_s: float = 0.0) -> Tuple[List[str], str, List[str]]:
+    def announce(self, generation: int, wait_s: float = 0.0, handover: Optional[Handover] = None
+                 ) -> Tuple[List[str], str, List[str], Optional[dict]]:
         """Ask every registered process to freeze for ``generation``; return them, this store's
-        incarnation, and those of them that did not ack within ``wait_s`` (idempotent; the wait is
-        :meth:`wait_acks`'s, in the same call: a switch's pause counts every round trip). Those
-        registered with an incarnation that died and not heard from since are among them: each registers
-        again at its next watch and acks; one the switch did not wait for would decide on under the plan
-        it had, and take up a later generation with its running tasks counted in a State that never held
-        their OnDispatch."""
+        incarnation, those of them that did not ack within ``wait_s`` and, if every one did and a
+        ``handover`` is given, what :meth:`complete` did (idempotent; the wait is :meth:`wait_acks`'s, in
+        the same call: a switch's pause counts every round trip). Those registered with an incarnation
+        that died and not heard from since are among them: each registers again at its next watch and
+        acks; one the switch did not wait for would decide on under the plan it had, and take up a later
+        generation with its running tasks counted in a State that never held their OnDispatch.
+
+        ``generation`` already in force (this store restarted after publishing it, before its answer
+        reached the switch): nothing is announced, and the answer says what was published."""
         with self._cond:
+            if handover is not None and generation == self._config["generation"]:
+                return [], self.incarnation, [], self._published()
             self._check_next(generation)
             if self._phase != "freezing":
-                self._phase, self._acks = "freezing", {}
+                self._phase, self._acks, self._announced_at = "freezing", {}, time.monotonic()
             self._cond.notify_all()
             clients = sorted({*self._clients, *self._former})
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=wait_s)
-            return clients, self.incarnation, self._missing(clients, self._acks)
+            missing = self._missing(clients, self._acks)
+        done = self._complete(generation, self.incarnation, handover) if handover is not None and not missing else None
+        return clients, self.incarnation, missing, done and {**done, "acks_s": done["began"] - self._announced_at}
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
         """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
@@ -321,12 +334,76 @@ class StateStore:
             self._cond.notify_all()
             return True
 
-    def wait_acks(self, generation: int, clients: List[str], timeout_s: float) -> Tuple[List[str], str]:
-        """Wait until every one of ``clients`` still registered has acked; return those that did not, and
-        this store's incarnation (a restarted one knows of no ack)."""
+    def wait_acks(self, generation: int, clients: List[str], timeout_s: float, handover: Optional[Handover] = None
+                  ) -> Tuple[List[str], str, Optional[dict]]:
+        """Wait until every one of ``clients`` still registered has acked; return those that did not, this
+        store's incarnation (a restarted one knows of no ack) and, if none is missing and a ``handover``
+        is given, what :meth:`complete` did."""
         with self._cond:
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=timeout_s)
-            return self._missing(clients, self._acks), self.incarnation
+            missing, incarnation = self._missing(clients, self._acks), self.incarnation
+        done = self._complete(generation, incarnation, handover) if handover is not None and not missing else None
+        return missing, incarnation, done and {**done, "acks_s": done["began"] - self._announced_at}
+
+    def complete(self, generation: int, incarnation: str, handover: Handover) -> dict:
+        """Hand the State over and put ``generation`` in force, whatever processes acked (the switch gave up
+        waiting for the others, or paused after the acks: see :func:`~ray_adaptive.runtime.switch.switch`).
+        ``incarnation``: the store's that the acks were made to; another one (this store restarted since)
+        lost the replicas' last pushes, so the State is rebuilt. Returns what :meth:`_complete` does."""
+        with self._cond:
+            if generation == self._config["generation"]:
+                return self._published()
+        return self._complete(generation, incarnation, handover)
+
+    def _published(self) -> dict:
+        """What a switch learns of a generation published before (holds the lock)."""
+        return {"exact": not self._config.get("rebuild", False), "again": True}
+
+    def _complete(self, generation: int, incarnation: str, h: Handover) -> dict:
+        """Collect the State from the plan in force, install it in the next generation's selector and
+        publish the next generation (``h.config``): a switch's steps 3 and 4,
+        made here, so that no step waits for a round trip through the switching process. The lock is not
+        held while the selector and placements are called (a hybrid's placements sync with this store as
+        they freeze). Returns ``exact``, when it began (this store's monotonic clock) and the seconds each
+        step took."""
+        with self._cond:
+            self._check_next(generation)
+            if self._handing:
+                raise RuntimeError(f"generation {generation}: a handover is already under way")
+            self._handing, config = True, h.config
+        try:
+            began = time.monotonic()
+            state, exact = (None, False) if h.rebuild else freeze_authority(h)
+            with self._cond:
+                merged, now, restarted = copy_state(self._state), self.incarnation, self._restarted
+            if restarted or now != incarnation:
+                # restarted since the plan in force began (or during this switch): a process that had not
+                # registered again when the switch was announced was not waited for -- its replica's last
+                # changes never reach this store, its finish notifications may reach the frozen selector
+                # after its State was taken -- so the State is rebuilt from every process's tasks instead
+                # (each process, late or not, rebuilds its share when it takes up the new generation)
+                exact = False
+            handed = assemble(h, state, merged) if exact else None
+            collected = time.monotonic()
+            selector = config.get("handles")
+            install = (lambda: selector.install.remote(handed)) if selector is not None else None
+            installing = install() if install is not None else None
+            # (the next selector gets its State while this publishes: a process that resumes first waits in its
+            # first exchange until the State is in -- the selector answers none before)
+            self.publish({**config, "rebuild": not exact}, {**h.base, **(handed or {})}, h.merge)
+            published = time.monotonic()
+            install_s: Optional[float] = None
+            if install is not None:
+                try:
+                    get_or_again(installing, install, h.timeout_s)
+                    install_s = time.monotonic() - collected
+                except Exception:  # (it died: a restarted selector rebuilds its State from the processes' tasks)
+                    warnings.warn(f"ray-adaptive: the selector of generation {generation} did not take its State")
+            return {"exact": exact, "began": began, "collect_s": collected - began, "publish_s": published - collected,
+                    "install_s": install_s}
+        finally:
+            with self._cond:
+                self._handing = False
 
     def _missing(self, clients: List[str], have) -> List[str]:
         """Of ``clients``, those still registered (with this incarnation or one that died) and not in

@@ -20,8 +20,10 @@ process (its :class:`PlanWatcher` and router):
    -- those registered with a store incarnation that died too: they register
    again and ack -- and takes for dead one silent for ``ack_timeout_s``, or
    at once one whose Ray worker died.
-3. **Collect** the State from the authority of the plan in force: the
-   frozen selector (decisions no process received are undone, as the
+3. **Collect** -- the store does, once the last process acked, with no
+   round trip through the coordinator (see
+   :mod:`~ray_adaptive.runtime.handover`) -- the State from the authority
+   of the plan in force: the frozen selector (decisions no process received are undone, as the
    hybrid undoes a task dropped at its deadline: OnFinish runs), the
    store's merged State of the replicas, or both (a hybrid whose placements
    keep replicas). So the State holds the OnArrival of every task still
@@ -63,6 +65,7 @@ from ray_adaptive.dsl.ir import Policy
 from ray_adaptive.plan import LoweredPlan, NodeState
 from ray_adaptive.runtime import audit, background
 from ray_adaptive.runtime.decider import Decider
+from ray_adaptive.runtime.handover import HANDOVER_WAIT_S, Handover
 from ray_adaptive.runtime.job_watch import find_dead
 from ray_adaptive.runtime.messages import Actor, SyncAnswer
 from ray_adaptive.runtime.spare import SpareGeneration
@@ -252,25 +255,30 @@ def _prepare_all(store: Actor, generation: int, config: dict, timeout_s: float) 
     return _retry(lambda: store.wait_prepared.remote(generation, clients, timeout_s), "the state store")
 
 
-def _freeze_all(store: Actor, generation: int, ack_timeout_s: float) -> Tuple[List[str], str]:
+def _freeze_all(store: Actor, generation: int, ack_timeout_s: float, handover: Optional[Handover]
+                ) -> Tuple[List[str], str, Optional[dict]]:
     """Announce ``generation`` until every registered process acked under one store incarnation (a
-    store that restarts forgets the acks); return the processes that never acked, and that incarnation.
-    Processes known dead -- their job ended, their Ray worker died -- are not waited for (they never ack:
-    every switch until their eviction would last the whole ``ack_timeout_s``); the job watch evicts them."""
+    store that restarts forgets the acks); return the processes that never acked, that incarnation and,
+    if every one acked and a ``handover`` is given, what the store did once they had: it handed the State
+    over and published (see :meth:`~ray_adaptive.runtime.store.StateStore.complete`). Processes known dead
+    -- their job ended, their Ray worker died -- are not waited for (they never ack: every switch until
+    their eviction would last the whole ``ack_timeout_s``); the job watch evicts them."""
     deadline = time.monotonic() + ack_timeout_s
     while True:  # (each answer names the store's incarnation: no round trip of its own to ask it)
         left = max(0.0, deadline - time.monotonic())
-        clients, incarnation, missing = _retry(lambda: store.announce.remote(generation, min(left, DEAD_CHECK_S)),
-                                               "the state store")
+        clients, incarnation, missing, done = _retry(
+            lambda: store.announce.remote(generation, min(left, DEAD_CHECK_S), handover), "the state store",
+            HANDOVER_WAIT_S)
         acked_by = incarnation
         while missing and left > DEAD_CHECK_S and not _all_dead(store, missing):
             left = max(0.0, deadline - time.monotonic())
-            missing, acked_by = _retry(lambda: store.wait_acks.remote(generation, clients, min(left, DEAD_CHECK_S)),
-                                       "the state store")
+            missing, acked_by, done = _retry(
+                lambda: store.wait_acks.remote(generation, clients, min(left, DEAD_CHECK_S), handover),
+                "the state store", HANDOVER_WAIT_S)
             if acked_by != incarnation:
                 break
         if acked_by == incarnation:
-            return missing, incarnation
+            return missing, incarnation, done
         log.warning("ray-adaptive: the state store restarted during a live switch: announcing again")
 
 
@@ -284,54 +292,13 @@ def _all_dead(store: Actor, clients: List[str]) -> bool:
     return set(clients) <= dead
 
 
-def _get_or_retry(ref: Any, call: Callable[[], Any], what: str) -> Any:
-    """``ray.get(ref)`` of a call already made (``call()`` made it), or :func:`_retry` of it if its actor
-    was restarting."""
-    try:
-        return ray.get(ref, timeout=60.0)
-    except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorDiedError):
-        return _retry(call, what)
-
-
-def _collect(old: Topology, store: Actor, incarnation: str) -> Tuple[Optional[dict], bool]:
-    """The State of the plan in force, and whether it is exact (see the module doc). Every process
-    pushed its replica's last changes before it acked, so the store's snapshot is asked for at once,
-    beside the selector's freeze -- except a hybrid's, whose placements push theirs when they freeze."""
-    snapshot = store.snapshot.remote
-    early = snapshot() if old.selector is None or not old.plan.local_state else None
-    state: Optional[dict] = None
-    exact = True
-    if old.selector is not None:
-        try:
-            out = ray.get(old.selector.freeze.remote(), timeout=60)
-            state, exact = out["state"], out["exact"]
-        except Exception:  # it died: its State is gone
-            state, exact = None, False
-        if exact and old.plan.local_state:
-            try:  # the hybrid's placements keep replicas of what the node part reads: their last changes
-                ray.get([p.freeze.remote() for p in old.placements], timeout=60)
-            except Exception:
-                exact = False
-    merged, now, restarted = (_get_or_retry(early, snapshot, "the state store") if early is not None
-                              else _retry(snapshot, "the state store"))
-    if restarted or now != incarnation:
-        # the store restarted since the plan in force began (or during this switch): a process that had not
-        # registered again when the switch was announced was not waited for -- its replica's last changes
-        # never reach the store, its finish notifications may reach the frozen selector after its State
-        # was taken -- so the State is rebuilt from every process's tasks instead (each process, late or
-        # not, rebuilds its share when it takes up the new generation)
-        return None, False
-    if not exact:
-        return None, False
-    if state is None:  # (no selector: the replicas' State)
-        return merged, True
-    if not old.plan.local_state:  # (the selector holds it all)
-        return state, True
-    where = dict(old.plan.plan.state)
-    for var, value in merged.items():
-        if "selector" not in where.get(var, "selector"):
-            state[var] = value
-    return state, True
+def _handover(old: Topology, new: Topology, rebuild: bool) -> Handover:
+    """What the store needs to hand ``old``'s State over to ``new``."""
+    local = old.selector is not None and old.plan.local_state  # (a hybrid whose placements keep replicas)
+    return Handover(config=new.config(), base=new.initial_state(), merge=new.merge_rules(), rebuild=rebuild, old_selector=old.selector,
+                    old_placements=list(old.placements) if local else [],
+                    replica_vars=frozenset(v for v, where in dict(old.plan.plan.state).items() if "selector" not in where)
+                    if local else None)
 
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
@@ -344,7 +311,8 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     processes made their side of it; ``freeze_s``: announce to publish, and ``freeze_steps_s`` where it went:
     ``acks`` every process frozen, ``collect`` the State taken, ``publish`` the new generation in force --
     ``install_s``: the State in the new selector, beside the publish; ``exact``; ``unacked`` processes).
-    ``on_phase(name, topology)`` is called after each step (built, frozen, collected, published).
+    ``on_phase(name, topology)`` is called after each step (built, frozen, published); given, the store
+    hands the State over only once it returned from "frozen" (without, in the same call as the last ack).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
     left: what its tasks held goes with it; see :meth:`ray_adaptive.api.PolicyRuntime.evict`). ``nodes`` and
     ``slots``: the cluster the new generation decides for, when nodes joined or left (default: ``old``'s;
@@ -372,26 +340,19 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     _prepare_all(store, generation, new.config(), PREPARE_TIMEOUT_S)
     start = time.perf_counter()
     prepare_s = start - began - built_s
-    unacked, incarnation = _freeze_all(store, generation, ack_timeout_s)
+    handover = _handover(old, new, rebuild)
+    # An ``on_phase`` caller (a test that crashes an actor while every process is frozen) is called between
+    # the acks and the handover: the store answers once every process acked, and hands over when asked.
+    # Otherwise it hands over in the same call, as soon as the last process acks.
+    unacked, incarnation, done = _freeze_all(store, generation, ack_timeout_s, None if on_phase else handover)
     acked = time.perf_counter()
-    phase("frozen", new)
-    state, exact = (None, False) if rebuild else _collect(old, store, incarnation)
-    collected = time.perf_counter()
-    phase("collected", new)
-    if not exact:
-        state = None
-    new.rebuild = not exact
-    selector = new.selector
-    # the new selector gets its State while the store publishes: a process that resumes first waits in
-    # its first exchange until the State is in (the selector answers none before)
-    install = (lambda: selector.install.remote(state)) if selector is not None else None
-    installing = install() if install is not None else None
-    _retry(lambda: store.publish.remote(new.config(), {**new.initial_state(), **(state or {})}, new.merge_rules()),
-           "the state store")
+    if done is None:  # (paused for on_phase, or processes never acked: they are taken for dead)
+        phase("frozen", new)
+        done = _retry(lambda: store.complete.remote(generation, incarnation, handover), "the state store",
+                      HANDOVER_WAIT_S)
     published = time.perf_counter()
-    if install is not None:
-        _get_or_retry(installing, install, "the new selector")
-    installed = time.perf_counter()
+    exact = done["exact"]
+    new.rebuild = not exact
     freeze_s = published - start
     phase("published", new)
     old.retire()
@@ -401,7 +362,8 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
                     "(%s)", unacked, plan.name, waited,
                     f"silent for the ack timeout, {ack_timeout_s:g} s" if waited >= ack_timeout_s - DEAD_CHECK_S
                     else "their job ended or their Ray worker died")
+    # (the steps as the store timed them; a store restarted after publishing, before its answer came, did not)
+    acks = done.get("acks_s", acked - start)
+    steps = {"acks": acks, "collect": done.get("collect_s", 0.0), "publish": done.get("publish_s", freeze_s - acks)}
     return new, {"freeze_s": freeze_s, "build_s": built_s, "from_spare": new.from_spare, "prepare_s": prepare_s,
-                 "exact": exact, "unacked": unacked,
-                 "freeze_steps_s": {"acks": acked - start, "collect": collected - acked, "publish": published - collected},
-                 "install_s": installed - collected}
+                 "exact": exact, "unacked": unacked, "freeze_steps_s": steps, "install_s": done.get("install_s")}
