@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import ray
@@ -46,7 +46,7 @@ class Handover:
     replica_vars: Optional[FrozenSet[str]] = None
     # each call to the old and new actors waits at most this long (three in a row stay within what the switch
     # waits for the store's answer: HANDOVER_WAIT_S)
-    timeout_s: float = field(default=30.0)
+    timeout_s: float = 30.0
 
 
 def freeze_authority(h: Handover) -> Tuple[Optional[dict], bool]:
@@ -79,11 +79,11 @@ def assemble(h: Handover, selector_state: Optional[dict], merged: dict) -> dict:
 
 def get_or_again(ref: Any, call: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     """``ray.get(ref)`` of a call ``call()`` made, made again while its actor restarts (Ray answers
-    ActorUnavailableError meanwhile)."""
+    ActorUnavailableError meanwhile); ``timeout_s`` in all."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return ray.get(ref, timeout=timeout_s)
+            return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
         except ray.exceptions.ActorUnavailableError:
             if time.monotonic() > deadline:
                 raise
