@@ -11,7 +11,8 @@
   (:mod:`~ray_adaptive.runtime.task_book`, :mod:`~ray_adaptive.runtime.harvest`,
   :mod:`~ray_adaptive.runtime.deadlines`, :mod:`~ray_adaptive.runtime.switch_gate`,
   :mod:`~ray_adaptive.runtime.membership`, :mod:`~ray_adaptive.runtime.dispatcher`);
-* :mod:`~ray_adaptive.runtime.switch` -- live switches: the coordinator and each process's watcher;
+* :mod:`~ray_adaptive.runtime.switch` -- live switches: the coordinator and each process's watcher
+  (:mod:`~ray_adaptive.runtime.handover`: the State handed over, by the store);
 * :mod:`~ray_adaptive.runtime.binding` -- the per-node slot resources decisions are bound with.
 
 Users start a runtime with :func:`ray_adaptive.start`; nothing here chooses a
