@@ -323,7 +323,7 @@ class StateStore:
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=wait_s)
             missing = self._missing(clients, self._acks)
         done = self._complete(generation, self.incarnation, handover) if handover is not None and not missing else None
-        return clients, self.incarnation, missing, done and {**done, "acks_s": done["began"] - self._announced_at}
+        return clients, self.incarnation, missing, self._with_acks(done)
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
         """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
@@ -343,17 +343,18 @@ class StateStore:
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=timeout_s)
             missing, incarnation = self._missing(clients, self._acks), self.incarnation
         done = self._complete(generation, incarnation, handover) if handover is not None and not missing else None
-        return missing, incarnation, done and {**done, "acks_s": done["began"] - self._announced_at}
+        return missing, incarnation, self._with_acks(done)
 
     def complete(self, generation: int, incarnation: str, handover: Handover) -> dict:
         """Hand the State over and put ``generation`` in force, whatever processes acked (the switch gave up
         waiting for the others, or paused after the acks: see :func:`~ray_adaptive.runtime.switch.switch`).
         ``incarnation``: the store's that the acks were made to; another one (this store restarted since)
         lost the replicas' last pushes, so the State is rebuilt. Returns what :meth:`_complete` does."""
-        with self._cond:
-            if generation == self._config["generation"]:
-                return self._published()
         return self._complete(generation, incarnation, handover)
+
+    def _with_acks(self, done: Optional[dict]) -> Optional[dict]:
+        """``done`` with ``acks_s``: announce to the handover's start, when this call made it."""
+        return {**done, "acks_s": done["began"] - self._announced_at} if done and "began" in done else done
 
     def _published(self) -> dict:
         """What a switch learns of a generation published before (holds the lock)."""
@@ -365,11 +366,13 @@ class StateStore:
         made here, so that no step waits for a round trip through the switching process. The lock is not
         held while the selector and placements are called (a hybrid's placements sync with this store as
         they freeze). Returns ``exact``, when it began (this store's monotonic clock) and the seconds each
-        step took."""
+        step took; or, ``generation`` published already (by a call whose answer was lost), what was."""
         with self._cond:
+            # (a call made again -- Ray said this actor was unavailable, yet it lived on -- waits for the first)
+            self._cond.wait_for(lambda: not self._handing)
+            if generation == self._config["generation"]:
+                return self._published()
             self._check_next(generation)
-            if self._handing:
-                raise RuntimeError(f"generation {generation}: a handover is already under way")
             self._handing, config = True, h.config
         try:
             began = time.monotonic()
@@ -404,6 +407,7 @@ class StateStore:
         finally:
             with self._cond:
                 self._handing = False
+                self._cond.notify_all()
 
     def _missing(self, clients: List[str], have) -> List[str]:
         """Of ``clients``, those still registered (with this incarnation or one that died) and not in
