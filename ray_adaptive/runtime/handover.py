@@ -11,6 +11,10 @@ Example:
     ...              replica_vars=None)
     >>> assemble(h, selector_state=None, merged={"n": 3})   # a decentralized plan: the replicas' State
     {'n': 3}
+    >>> hybrid = Handover(config={}, base={}, merge=None, rebuild=False, old_selector=None, old_placements=[],
+    ...                   replica_vars=frozenset({"load"}))   # (its placements keep replicas of "load")
+    >>> assemble(hybrid, selector_state={"alloc": 1, "load": 0}, merged={"alloc": 9, "load": 4})
+    {'alloc': 1, 'load': 4}
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ process (its :class:`PlanWatcher` and router):
 3. **Collect** -- the store does, once the last process acked, with no
    round trip through the coordinator (see
    :mod:`~ray_adaptive.runtime.handover`) -- the State from the authority
-   of the plan in force: the frozen selector (decisions no process received are undone, as the
-   hybrid undoes a task dropped at its deadline: OnFinish runs), the
+   of the plan in force: the frozen selector (decisions no process
+   received are undone, as the hybrid undoes a task dropped at its deadline: OnFinish runs), the
    store's merged State of the replicas, or both (a hybrid whose placements
    keep replicas). So the State holds the OnArrival of every task still
    undecided and the OnDispatch of every task running.
@@ -295,10 +295,10 @@ def _all_dead(store: Actor, clients: List[str]) -> bool:
 def _handover(old: Topology, new: Topology, rebuild: bool) -> Handover:
     """What the store needs to hand ``old``'s State over to ``new``."""
     local = old.selector is not None and old.plan.local_state  # (a hybrid whose placements keep replicas)
-    return Handover(config=new.config(), base=new.initial_state(), merge=new.merge_rules(), rebuild=rebuild, old_selector=old.selector,
-                    old_placements=list(old.placements) if local else [],
-                    replica_vars=frozenset(v for v, where in dict(old.plan.plan.state).items() if "selector" not in where)
-                    if local else None)
+    replica_vars = frozenset(v for v, where in dict(old.plan.plan.state).items() if "selector" not in where)
+    return Handover(config=new.config(), base=new.initial_state(), merge=new.merge_rules(), rebuild=rebuild,
+                    old_selector=old.selector, old_placements=list(old.placements) if local else [],
+                    replica_vars=replica_vars if local else None)
 
 
 def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEOUT_S,
@@ -308,9 +308,10 @@ def switch(old: Topology, plan: LoweredPlan, *, ack_timeout_s: float = ACK_TIMEO
     """Replace ``old`` (a :class:`~ray_adaptive.runtime.topology.Topology`) by ``plan`` live; return the new
     topology and what happened (``build_s``: the next generation's actors started, ``from_spare`` of them
     started ahead; ``prepare_s``: the
-    processes made their side of it; ``freeze_s``: announce to publish, and ``freeze_steps_s`` where it went:
-    ``acks`` every process frozen, ``collect`` the State taken, ``publish`` the new generation in force --
-    ``install_s``: the State in the new selector, beside the publish; ``exact``; ``unacked`` processes).
+    processes made their side of it; ``freeze_s``: announce to the store's answer, the new generation in force
+    and its selector installed, and ``freeze_steps_s`` where it went, as the store timed it: ``acks`` every
+    process frozen, ``collect`` the State taken, ``publish`` the new generation in force -- ``install_s``: the
+    State in the new selector, beside the publish; ``exact``; ``unacked`` processes).
     ``on_phase(name, topology)`` is called after each step (built, frozen, published); given, the store
     hands the State over only once it returned from "frozen" (without, in the same call as the last ack).
     ``rebuild``: the State is not collected but rebuilt from the registered processes' tasks (a job
