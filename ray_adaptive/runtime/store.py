@@ -322,7 +322,7 @@ class StateStore:
             clients = sorted({*self._clients, *self._former})
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=wait_s)
             missing = self._missing(clients, self._acks)
-        done = self._complete(generation, self.incarnation, handover) if handover is not None and not missing else None
+        done = self.complete(generation, self.incarnation, handover) if handover is not None and not missing else None
         return clients, self.incarnation, missing, self._with_acks(done)
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
@@ -342,15 +342,8 @@ class StateStore:
         with self._cond:
             self._cond.wait_for(lambda: not self._missing(clients, self._acks), timeout=timeout_s)
             missing, incarnation = self._missing(clients, self._acks), self.incarnation
-        done = self._complete(generation, incarnation, handover) if handover is not None and not missing else None
+        done = self.complete(generation, incarnation, handover) if handover is not None and not missing else None
         return missing, incarnation, self._with_acks(done)
-
-    def complete(self, generation: int, incarnation: str, handover: Handover) -> dict:
-        """Hand the State over and put ``generation`` in force, whatever processes acked (the switch gave up
-        waiting for the others, or paused after the acks: see :func:`~ray_adaptive.runtime.switch.switch`).
-        ``incarnation``: the store's that the acks were made to; another one (this store restarted since)
-        lost the replicas' last pushes, so the State is rebuilt. Returns what :meth:`_complete` does."""
-        return self._complete(generation, incarnation, handover)
 
     def _with_acks(self, done: Optional[dict]) -> Optional[dict]:
         """``done`` with ``acks_s``: announce to the handover's start, when this call made it."""
@@ -360,10 +353,14 @@ class StateStore:
         """What a switch learns of a generation published before (holds the lock)."""
         return {"exact": not self._config.get("rebuild", False), "again": True}
 
-    def _complete(self, generation: int, incarnation: str, h: Handover) -> dict:
+    def complete(self, generation: int, incarnation: str, h: Handover) -> dict:
         """Collect the State from the plan in force, install it in the next generation's selector and
-        publish the next generation (``h.config``): a switch's steps 3 and 4,
-        made here, so that no step waits for a round trip through the switching process. The lock is not
+        publish the next generation (``h.config``): a switch's steps 3 and 4, made here, so that no step
+        waits for a round trip through the switching process. :meth:`announce` and :meth:`wait_acks` call it
+        once every process acked; the switch calls it when it stopped waiting for the others, or paused
+        after the acks (see :func:`~ray_adaptive.runtime.switch.switch`). ``incarnation``: the store's that
+        the acks were made to; another one (this store restarted since) lost the replicas' last pushes, so
+        the State is rebuilt. The lock is not
         held while the selector and placements are called (a hybrid's placements sync with this store as
         they freeze). Returns ``exact``, when it began (this store's monotonic clock) and the seconds each
         step took; or, ``generation`` published already (by a call whose answer was lost), what was."""
@@ -418,12 +415,6 @@ class StateStore:
         """The merged State of the replicas (what a switch hands over from a decentralized plan)."""
         with self._cond:
             return copy_state(self._state)
-
-    def snapshot(self) -> Tuple[dict, str, bool]:
-        """:meth:`state`, this store's incarnation (a restarted one lost the replicas' pushes) and
-        :meth:`restarted`: what a switch collects, in one call."""
-        with self._cond:
-            return copy_state(self._state), self.incarnation, self._restarted
 
     def publish(self, config: dict, state: dict, merge: Optional[Mapping[str, str]]) -> None:
         """Put ``config``'s generation in force with ``state`` as its base State; every process resumes."""
