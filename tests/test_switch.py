@@ -342,6 +342,44 @@ def test_the_store_hands_a_process_what_it_needs_with_the_news_of_a_switch(ray_c
         store.forget_durable()
 
 
+def test_a_replica_s_ack_carries_its_last_changes_and_each_is_merged_once(ray_cluster):
+    """A decentralized process's freeze costs no round trip of its own: its ack brings the deltas no
+    answer counted yet, and the store merges each number once -- its sync in flight may land before the
+    ack, after it, or never. A replaced plan's replica merges nothing."""
+    from ray_adaptive.dsl import load_policy
+    from ray_adaptive.plan import LoweredPlan, Plan
+    from ray_adaptive.runtime.store import StateStore
+
+    plan = LoweredPlan(Plan("decentralized", "decentralized"), load_policy("drf_lb"))
+    merge = {"alloc": "add"}
+    configs = [{"plan": plan, "t0": time.time(), "generation": g, "handles": None} for g in range(2)]
+    store = StateStore(configs[0], {"alloc": {}}, merge)
+
+    def delta(x: float) -> dict:
+        return {"alloc": {"t": x}}
+
+    try:
+        for client in ("a", "b", "c"):
+            store.join(client)
+        store.sync("a", {}, {}, 0, ("A", [(1, delta(1.0))]))  # (answered before the switch)
+        store.prepare(1, configs[1])
+        store.announce(1)
+        store.sync("a", {}, {}, 0, ("A", [(2, delta(2.0))]))  # a's sync in flight lands first...
+        a_acks = {"outstanding": {"n1": 1}, "pushes": ("a", 0, ("A", [(2, delta(2.0)), (3, delta(4.0))]))}
+        assert store.ack("a", 1, a_acks)
+        assert store.ack("b", 1, {"pushes": ("b", 0, ("B", [(1, delta(8.0))]))})
+        store.sync("b", {}, {}, 0, ("B", [(1, delta(8.0))]))  # ... b's after its ack
+        assert store.ack("c", 1, {"pushes": ("c", -1, ("C", [(1, delta(16.0))]))})  # (a replaced plan's replica)
+        assert store.ack("a", 1, a_acks)  # (acked again: the store restarted, or so Ray said)
+        assert store.state() == {"alloc": {"t": 15.0}}
+        missing, _, _ = store.wait_acks(1, ["a", "b", "c"], 0.0)
+        assert missing == []
+        store.publish(configs[1], store.state(), merge)
+        assert store.watch(0, "freezing", store.incarnation, 0.0, "b")[4]["seen"].others == {"n1": 1}  # (no pushes kept)
+    finally:
+        store.forget_durable()
+
+
 def test_the_store_hands_the_state_over_in_the_call_that_sees_the_last_ack(ray_cluster):
     """The store collects, installs and publishes itself once every process acked (no round trip through the
     switching process); a call made again after its answer was lost learns what was published; a store

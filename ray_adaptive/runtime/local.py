@@ -127,12 +127,11 @@ class LocalDecider:
 
     # -- live switches --------------------------------------------------------
     def freeze(self) -> Handover:
-        """Stop deciding: push this replica's last changes (the switch takes the merged State next) and
-        hand the undecided tasks over -- their OnArrival is in that State."""
+        """Stop deciding: hand this replica's last changes over for the ack to carry (the switch takes the
+        merged State next) and the undecided tasks -- their OnArrival is in that State."""
         pending = self.sched.cancel_pending()
         self.queued = False
-        self._m.flush()
-        return Handover(arrived=pending)
+        return Handover(arrived=pending, pushes=self._m.hand_off())
 
     def resume(self, running: Sequence[TaskState], arrived: Sequence[TaskState], new: Sequence[TaskState],
                rebuild: bool, seen: Optional[SyncAnswer] = None, finished: Sequence[str] = ()) -> List[TaskState]:
@@ -189,7 +188,7 @@ class LocalDecider:
         """This process leaves (the router has waited for its tasks): the State changes of its last
         finishes go to the store before the router unregisters -- else they never would, and its
         tasks' share of State (an allocation) would stay in the merged State for good. No thread to stop.
-        ``switching``: a switch's freeze flushed already."""
+        ``switching``: a switch's freeze handed its changes off already."""
         if switching:
             return
         try:

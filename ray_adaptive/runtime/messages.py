@@ -104,6 +104,8 @@ class Handover:
 
     arrived: List[TaskState] = field(default_factory=list)
     new: List[TaskState] = field(default_factory=list)
+    # a replica's last State changes, for the ack to carry (see StoreClient.hand_off)
+    pushes: Optional[tuple] = None
 
 
 @dataclass

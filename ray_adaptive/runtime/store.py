@@ -326,11 +326,18 @@ class StateStore:
         return clients, self.incarnation, missing, self._with_acks(done)
 
     def ack(self, client: str, generation: int, handed: dict) -> bool:
-        """A process has frozen for ``generation`` (``handed``: counts of what it holds). False: no such switch."""
+        """A process has frozen for ``generation`` (``handed``: counts of what it holds and, from a
+        replica, ``pushes``: its last State changes, see :meth:`StoreClient.hand_off` -- merged here, so
+        that a replica's freeze costs no round trip of its own). False: no such switch."""
         with self._cond:
             if self._phase != "freezing" or generation != self._config["generation"] + 1:
                 return False
-            self._acks[client] = dict(handed)
+            pushes = handed.get("pushes")
+            if pushes is not None:
+                member, replica_generation, numbered = pushes
+                if replica_generation == self._config["generation"]:  # (as sync: a replaced plan's, nothing)
+                    self._merge_pushes(member, numbered)
+            self._acks[client] = {k: v for k, v in handed.items() if k != "pushes"}
             self._cond.notify_all()
             return True
 
@@ -459,16 +466,20 @@ class StateStore:
                 if delta:
                     merge_into(self._state, delta, self._merge)
                 if pushes is not None:
-                    sender, numbered = pushes
-                    last = self._merged.get(member, ("", 0))
-                    done = last[1] if last[0] == sender else 0
-                    for n, d in numbered:
-                        if n > done:
-                            merge_into(self._state, d, self._merge)
-                            done = n
-                    self._merged[member] = (sender, done)
+                    self._merge_pushes(member, pushes)
                 self._outstanding[member] = dict(outstanding)
             return self._answer(member)
+
+    def _merge_pushes(self, member: str, pushes: Tuple[str, Sequence[Tuple[int, Mapping[str, Any]]]]) -> None:
+        """Merge each of ``pushes``' numbered deltas this incarnation did not merge yet (holds the lock)."""
+        sender, numbered = pushes
+        last = self._merged.get(member, ("", 0))
+        done = last[1] if last[0] == sender else 0
+        for n, d in numbered:
+            if n > done:
+                merge_into(self._state, d, self._merge)
+                done = n
+        self._merged[member] = (sender, done)
 
     def _answer(self, member: Optional[str]) -> SyncAnswer:
         """What a sync of ``member`` is answered (holds the lock)."""
@@ -686,6 +697,22 @@ class StoreClient:
         publish, come with the news of it): the first decisions need no round trip to the store."""
         self._incarnation, self._seen = answer.incarnation, (answer.state, answer.others)
         self._take(answer.state, answer.others)
+
+    def hand_off(self) -> Tuple[str, int, Tuple[str, List[Tuple[int, dict]]]]:
+        """A live switch freezes this replica: it syncs no more, and returns what the store lacks of it
+        -- its member name, generation and numbered deltas not yet answered, this replica's last changes
+        among them -- for the switch's ack to carry (see :meth:`StateStore.ack`; each number is merged
+        once, whether a sync still in flight or the ack brings it first). No round trip: :meth:`flush`
+        waits for two. A store restarted since this generation began lacks earlier deltas too, and the
+        ack does not bring them: such a store hands the State over rebuilt, never merged (see
+        :meth:`StateStore.complete`)."""
+        log = self.sched.log
+        delta = log.take() if log is not None else {}
+        if delta:
+            self._number += 1
+            self._unanswered.append((self._number, delta))
+        self.store = None
+        return self.member, self.generation, (self._id, list(self._unanswered))
 
     def flush(self) -> None:
         """Push every change of this replica now and wait until the store has merged it (a live switch

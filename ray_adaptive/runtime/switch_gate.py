@@ -60,7 +60,8 @@ class SwitchGate:
         self.handover = handover
         self._handed_at = time.monotonic()
         return {"pending": len(handover.arrived) + len(handover.new) + len(self.held),
-                "running": sum(placed_per_node.values()), "outstanding": placed_per_node}
+                "running": sum(placed_per_node.values()), "outstanding": placed_per_node,
+                **({"pushes": handover.pushes} if handover.pushes is not None else {})}
 
     def hand_over(self, old: Decider, new: Decider, live: List[RoutedTask], rebuild: bool,
                   seen: Optional[SyncAnswer]) -> List[TaskState]:
