@@ -12,8 +12,9 @@ process (its :class:`PlanWatcher` and router):
    ``PREPARE_TIMEOUT_S`` at most: a process slow to, makes it at resume).
 2. **Freeze.** The store *announces* the generation; each process hears it
    at once (its watcher's long poll on the store), stops deciding and hands
-   its decider's holdings to its router: a decentralized decider pushes its
-   replica's last changes; a selector's client lets its call in flight land,
+   its decider's holdings to its router: a decentralized decider hands its
+   replica's last changes to the ack, which carries them to the store; a
+   selector's client lets its call in flight land,
    gives back a lease it holds, and waits until the finish notifications it
    sent were applied. Submissions and finishes wait in the router meanwhile.
    Each process *acks*; the coordinator waits for every registered process
