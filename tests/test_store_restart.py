@@ -311,6 +311,41 @@ def test_any_interleaving_of_pushes_deaths_and_finishes_ends_with_the_exact_stat
     _assert_exact(world, ps)
 
 
+@pytest.mark.parametrize("in_flight", ["lands before the ack", "lands after it", "is lost"])
+def test_a_frozen_replica_s_ack_brings_what_the_store_lacks_of_it(world, monkeypatch, in_flight):
+    """A live switch freezes each process: its ack carries the deltas no answer counted yet (``hand_off``,
+    no round trip), whatever becomes of its sync in flight -- the merged State the switch takes is exact,
+    each delta merged once. A process that leaves while frozen (``close``) pushes nothing, at once."""
+    monkeypatch.setattr(StoreClient, "FLUSH_S", 30.0, raising=False)
+    ps = [world.process(name) for name in ("p", "q")]
+    for p, tenant in zip(ps, "ab"):
+        _fill(p, tenant)
+    _settle(world, ps)
+    for p in ps:
+        p.finished(sorted(p.sched.running)[:1])
+        p.tick()  # (a sync in flight: that finish's OnFinish, the pending task's OnDispatch)
+        p.finished(sorted(p.sched.running)[:1])  # (a change after it: pushed by no call yet)
+    assert len(world.handle.calls) == 2
+    store = world.handle.store
+    store.prepare(1, {**store.config(), "generation": 1})
+    store.announce(1)
+    in_flight_calls = list(world.handle.calls)
+    if in_flight == "lands before the ack":
+        world.handle.deliver_all()
+    handed = [p.freeze() for p in ps]
+    for p, h in zip(ps, handed):
+        assert store.ack(p.client, 1, {"pushes": h.pushes})
+    if in_flight == "lands after it":
+        world.handle.deliver_all()
+    elif in_flight == "is lost":
+        for call in in_flight_calls:
+            world.handle.fail(call)
+    _assert_exact(world, ps)
+    done = threading.Event()
+    threading.Thread(target=lambda: (ps[0].close(), done.set()), daemon=True).start()
+    assert done.wait(10) and not world.handle.calls  # (no push, and no FLUSH_S of retries)
+
+
 def test_a_flush_that_finds_the_store_gone_for_good_gives_up(world, monkeypatch):
     """A runtime shut down: its store answers nothing again; a process leaving does not wait ``FLUSH_S``."""
     import ray

@@ -719,6 +719,8 @@ class StoreClient:
         takes the merged State next); then this client syncs no more. A store that restarted is pushed
         what it lacks of this replica too; one that does not answer is pushed again for ``FLUSH_S`` at
         most (twice in a row dead: gone for good, the runtime shut down)."""
+        if self.store is None:  # (flushed, or handed off to a switch's ack: this replica syncs no more)
+            return
         if self._inflight is not None:
             try:
                 self._inflight.result()
