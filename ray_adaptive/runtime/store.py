@@ -367,9 +367,8 @@ class StateStore:
         once every process acked; the switch calls it when it stopped waiting for the others, or paused
         after the acks (see :func:`~ray_adaptive.runtime.switch.switch`). ``incarnation``: the store's that
         the acks were made to; another one (this store restarted since) lost the replicas' last pushes, so
-        the State is rebuilt. The lock is not
-        held while the selector and placements are called (a hybrid's placements sync with this store as
-        they freeze). Returns ``exact``, when it began (this store's monotonic clock) and the seconds each
+        the State is rebuilt. The lock is not held while the selector and placements are called (a hybrid's
+        placements sync with this store as they freeze). Returns ``exact``, when it began (this store's monotonic clock) and the seconds each
         step took; or, ``generation`` published already (by a call whose answer was lost), what was."""
         with self._cond:
             # (a call made again -- Ray said this actor was unavailable, yet it lived on -- waits for the first)
@@ -613,11 +612,7 @@ class StoreClient:
                 return
             self._apply()
         if (want or self.owes) and self.due():
-            log = self.sched.log
-            delta = log.take() if log is not None else {}
-            if delta:
-                self._number += 1
-                self._unanswered.append((self._number, delta))
+            self._number_changes()
             self._sent = {}
             for _, d in self._unanswered:
                 merge_into(self._sent, d, self._merge)
@@ -631,6 +626,14 @@ class StoreClient:
             self.pushes += 1
             if wait:
                 self._apply()
+
+    def _number_changes(self) -> None:
+        """This replica's State changes since the last call, as the next numbered delta unanswered."""
+        log = self.sched.log
+        delta = log.take() if log is not None else {}
+        if delta:
+            self._number += 1
+            self._unanswered.append((self._number, delta))
 
     def _apply(self) -> None:
         answer, self._inflight = self._inflight, None
@@ -706,11 +709,7 @@ class StoreClient:
         waits for two. A store restarted since this generation began lacks earlier deltas too, and the
         ack does not bring them: such a store hands the State over rebuilt, never merged (see
         :meth:`StateStore.complete`)."""
-        log = self.sched.log
-        delta = log.take() if log is not None else {}
-        if delta:
-            self._number += 1
-            self._unanswered.append((self._number, delta))
+        self._number_changes()
         self.store = None
         return self.member, self.generation, (self._id, list(self._unanswered))
 
